@@ -1,0 +1,56 @@
+"""XPT model package: configuration, model classes, conversion from BERT/RoBERTa, stock export.
+
+Importing the package registers the XPT classes with the transformers Auto classes in this
+process, and marks them for `save_pretrained` to copy `configuration_xpt.py` and
+`modeling_xpt.py` next to the weights (with `auto_map`), so saved folders load anywhere with
+`trust_remote_code=True`.
+"""
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+)
+
+from .configuration_xpt import XPT_AUTO_MAP, XPTConfig
+from .modeling_xpt import (
+    PARAMETER_GROUPS,
+    PHASE1_GROUPS,
+    SUPPORTED_SOURCE_FAMILIES,
+    XPTForMaskedLM,
+    XPTForQuestionAnswering,
+    XPTForSequenceClassification,
+    XPTForTokenClassification,
+    XPTModel,
+    XPTPreTrainedModel,
+)
+
+_AUTO_CLASSES = {
+    AutoModel: XPTModel,
+    AutoModelForMaskedLM: XPTForMaskedLM,
+    AutoModelForSequenceClassification: XPTForSequenceClassification,
+    AutoModelForTokenClassification: XPTForTokenClassification,
+    AutoModelForQuestionAnswering: XPTForQuestionAnswering,
+}
+
+AutoConfig.register(XPTConfig.model_type, XPTConfig, exist_ok=True)
+XPTConfig.register_for_auto_class()
+for _auto_class, _model_class in _AUTO_CLASSES.items():
+    _auto_class.register(XPTConfig, _model_class, exist_ok=True)
+    _model_class.register_for_auto_class(_auto_class.__name__)
+
+__all__ = [
+    "PARAMETER_GROUPS",
+    "PHASE1_GROUPS",
+    "SUPPORTED_SOURCE_FAMILIES",
+    "XPT_AUTO_MAP",
+    "XPTConfig",
+    "XPTForMaskedLM",
+    "XPTForQuestionAnswering",
+    "XPTForSequenceClassification",
+    "XPTForTokenClassification",
+    "XPTModel",
+    "XPTPreTrainedModel",
+]

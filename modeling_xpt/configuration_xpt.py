@@ -1,0 +1,154 @@
+"""Configuration of XPT models (cross-lingual post-training, Lee et al. 2021).
+
+This file is copied next to the weights of every saved XPT model and runs as Hub remote code, so
+it imports nothing but `transformers`.
+"""
+from __future__ import annotations
+
+from transformers import PretrainedConfig
+
+# Written into every config so that a saved folder loads through each Auto class with
+# `trust_remote_code=True`. `save_pretrained` would otherwise record only the saved class.
+XPT_AUTO_MAP = {
+    "AutoConfig": "configuration_xpt.XPTConfig",
+    "AutoModel": "modeling_xpt.XPTModel",
+    "AutoModelForMaskedLM": "modeling_xpt.XPTForMaskedLM",
+    "AutoModelForSequenceClassification": "modeling_xpt.XPTForSequenceClassification",
+    "AutoModelForTokenClassification": "modeling_xpt.XPTForTokenClassification",
+    "AutoModelForQuestionAnswering": "modeling_xpt.XPTForQuestionAnswering",
+}
+
+
+class XPTConfig(PretrainedConfig):
+    r"""Configuration of an XPT encoder: a BERT/RoBERTa encoder whose word embeddings are replaced by
+    target-language embeddings E_T, with Implicit Translation Layers (ITL) around the reused layers.
+
+    Args:
+        vocab_size (`int`, *optional*, defaults to 50000):
+            Size of the target-language vocabulary (the tokenizer's `len()`). Logits always have this width.
+        hidden_size (`int`, *optional*, defaults to 768):
+            Width of the encoder; equals the source model's.
+        num_hidden_layers (`int`, *optional*, defaults to 12):
+            Number of reused source encoder layers C. The model has C + `use_itl_in` + `use_itl_out` layers.
+        num_attention_heads (`int`, *optional*, defaults to 12):
+            Attention heads per layer.
+        intermediate_size (`int`, *optional*, defaults to 3072):
+            Width of the feed-forward block.
+        hidden_act (`str`, *optional*, defaults to `"gelu"`):
+            Activation of the feed-forward block and of the MLM head transform.
+        hidden_dropout_prob (`float`, *optional*, defaults to 0.1):
+            Dropout on embeddings and on the outputs of attention and feed-forward blocks.
+        attention_probs_dropout_prob (`float`, *optional*, defaults to 0.1):
+            Dropout on attention probabilities.
+        max_position_embeddings (`int`, *optional*, defaults to 514):
+            Rows of the position-embedding table (RoBERTa: 512 + `position_offset`).
+        type_vocab_size (`int`, *optional*, defaults to 1):
+            Rows of the token-type table (BERT: 2, RoBERTa: 1; 0 disables token types).
+        initializer_range (`float`, *optional*, defaults to 0.02):
+            Standard deviation of the normal initialiser (new embeddings, ITLs, heads).
+        layer_norm_eps (`float`, *optional*, defaults to 1e-5):
+            LayerNorm epsilon (RoBERTa: 1e-5, BERT: 1e-12).
+        position_offset (`int`, *optional*, defaults to 2):
+            Index of the first position embedding. RoBERTa reserves rows up to its padding index and numbers
+            real tokens from `padding_idx + 1` (= 2), padding tokens getting `padding_idx`; BERT numbers from 0.
+        use_itl_in (`bool`, *optional*, defaults to `True`):
+            Insert ITL_in between the embeddings and the first reused layer (Eq. 2).
+        use_itl_out (`bool`, *optional*, defaults to `True`):
+            Insert ITL_out after the last reused layer (Eq. 4).
+        adapter_size (`int`, *optional*, defaults to 0):
+            Bottleneck width of Houlsby adapters after the attention and feed-forward blocks of the reused
+            layers (the paper's Adapters baseline); 0 means no adapters.
+        pad_vocab_to_multiple_of (`int`, *optional*, defaults to 64):
+            Rows of the embedding/decoder weights are padded to a multiple of this (tensor-core friendly
+            matmuls). Padding rows are never predicted: logits are cut to `vocab_size`.
+        classifier_dropout (`float`, *optional*):
+            Dropout of classification heads; `hidden_dropout_prob` when unset.
+        source_model_type (`str`, *optional*, defaults to `"roberta"`):
+            Family of the English source checkpoint (`"bert"` or `"roberta"`); decides the stock export.
+        source_name_or_path (`str`, *optional*):
+            Hub id or path of the English source checkpoint (provenance, used by model cards).
+        mask_token_id (`int`, *optional*):
+            Id of the tokenizer's mask token.
+        pad_token_id, bos_token_id, eos_token_id (`int`, *optional*):
+            Special-token ids of the target tokenizer (RoBERTa layout by default).
+        tie_word_embeddings (`bool`, *optional*, defaults to `True`):
+            Tie the MLM decoder to the target embeddings (Eq. 5).
+
+    The attention implementation is chosen with `attn_implementation="sdpa"` (default) or `"eager"`.
+    """
+
+    model_type = "xpt"
+
+    def __init__(
+        self,
+        vocab_size: int = 50000,
+        hidden_size: int = 768,
+        num_hidden_layers: int = 12,
+        num_attention_heads: int = 12,
+        intermediate_size: int = 3072,
+        hidden_act: str = "gelu",
+        hidden_dropout_prob: float = 0.1,
+        attention_probs_dropout_prob: float = 0.1,
+        max_position_embeddings: int = 514,
+        type_vocab_size: int = 1,
+        initializer_range: float = 0.02,
+        layer_norm_eps: float = 1e-5,
+        position_offset: int = 2,
+        use_itl_in: bool = True,
+        use_itl_out: bool = True,
+        adapter_size: int = 0,
+        pad_vocab_to_multiple_of: int = 64,
+        classifier_dropout: float | None = None,
+        source_model_type: str = "roberta",
+        source_name_or_path: str | None = None,
+        mask_token_id: int | None = None,
+        pad_token_id: int | None = 1,
+        bos_token_id: int | None = 0,
+        eos_token_id: int | None = 2,
+        tie_word_embeddings: bool = True,
+        **kwargs,
+    ):
+        if hidden_size % num_attention_heads:
+            raise ValueError(f"hidden_size={hidden_size} is not a multiple of num_attention_heads={num_attention_heads}")
+        if source_model_type not in ("bert", "roberta"):
+            raise ValueError(f"source_model_type={source_model_type!r}: XPT supports 'bert' and 'roberta' sources")
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.intermediate_size = intermediate_size
+        self.hidden_act = hidden_act
+        self.hidden_dropout_prob = hidden_dropout_prob
+        self.attention_probs_dropout_prob = attention_probs_dropout_prob
+        self.max_position_embeddings = max_position_embeddings
+        self.type_vocab_size = type_vocab_size
+        self.initializer_range = initializer_range
+        self.layer_norm_eps = layer_norm_eps
+        self.position_offset = position_offset
+        self.use_itl_in = use_itl_in
+        self.use_itl_out = use_itl_out
+        self.adapter_size = adapter_size
+        self.pad_vocab_to_multiple_of = pad_vocab_to_multiple_of
+        self.classifier_dropout = classifier_dropout
+        self.source_model_type = source_model_type
+        self.source_name_or_path = source_name_or_path
+        self.mask_token_id = mask_token_id
+        kwargs.setdefault("auto_map", dict(XPT_AUTO_MAP))
+        super().__init__(
+            pad_token_id=pad_token_id,
+            bos_token_id=bos_token_id,
+            eos_token_id=eos_token_id,
+            tie_word_embeddings=tie_word_embeddings,
+            **kwargs,
+        )
+
+    @property
+    def padded_vocab_size(self) -> int:
+        """Rows of the embedding and decoder weights: `vocab_size` rounded up to `pad_vocab_to_multiple_of`."""
+        multiple = max(1, self.pad_vocab_to_multiple_of)
+        return -(-self.vocab_size // multiple) * multiple
+
+    @property
+    def num_total_layers(self) -> int:
+        """Reused layers plus the ITLs that are switched on."""
+        return self.num_hidden_layers + int(self.use_itl_in) + int(self.use_itl_out)
