@@ -151,6 +151,7 @@ class XPTAdapter(nn.Module):
         self.down = nn.Linear(config.hidden_size, config.adapter_size)
         self.act = ACT2FN[config.hidden_act]
         self.up = nn.Linear(config.adapter_size, config.hidden_size)
+        self.up.zero_init = True  # read by XPTPreTrainedModel._init_weights
 
     def forward(self, hidden_states):
         return hidden_states + self.up(self.act(self.down(hidden_states)))
@@ -297,12 +298,15 @@ class XPTPreTrainedModel(PreTrainedModel):
     def _init_weights(self, module):
         """Normal(0, initializer_range) for linear/embedding weights, LayerNorm at identity (transformers'
         default), MLM output bias at zero and adapters at identity (up-projection zero)."""
+        # transformers marks a tensor as initialised once an init function touched it, so the adapter's
+        # up-projection is zeroed when the Linear itself is visited, not later from its parent.
+        if isinstance(module, nn.Linear) and getattr(module, "zero_init", False):
+            nn.init.zeros_(module.weight)
+            nn.init.zeros_(module.bias)
+            return
         super()._init_weights(module)
         if isinstance(module, XPTLMHead):
             nn.init.zeros_(module.bias)
-        elif isinstance(module, XPTAdapter):
-            nn.init.zeros_(module.up.weight)
-            nn.init.zeros_(module.up.bias)
 
     @staticmethod
     def parameter_group_of(name: str) -> str:
@@ -500,8 +504,8 @@ class XPTForMaskedLM(XPTPreTrainedModel):
         Copied bit-exactly from the source: every encoder layer, position and token-type embeddings,
         the embedding LayerNorm and the MLM head transform (a source without an MLM head, such as a
         bare `BertModel`, gets a fresh transform and a warning). New: target embeddings E_T sized to
-        `tokenizer` (`init="random"` as in the paper, or `"overlap"`: source vectors for tokens whose
-        string exists in both vocabularies), ITLs (`itl_init="random"`, or `"copy"` of the first/last
+        `tokenizer` (`init="random"` as in the paper, or `"overlap"`: source vectors, and output biases, for tokens
+        whose string exists in both vocabularies), ITLs (`itl_init="random"`, or `"copy"` of the first/last
         source layer), the output bias, and adapters when `adapter_size > 0`. `scratch=True` returns the
         same architecture with every weight random (the Scratch baseline).
 
@@ -578,6 +582,8 @@ class XPTForMaskedLM(XPTPreTrainedModel):
                 model.xpt.embeddings.target_embeddings.weight[target] = source_embeddings[origin].to(
                     model.xpt.embeddings.target_embeddings.weight.dtype
                 )
+                if has_mlm_head:  # the source's output bias of a shared token belongs with its vector
+                    model.lm_head.bias[target] = source_state[stock_parameter_name("lm_head.bias", family)][origin]
                 report["overlap_tokens"] = len(pairs)
         if not has_mlm_head:
             logger.warning(
