@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Create .venv (if needed) and install the project with everything the demo and the tests use.
+# Idempotent: a second run only checks. Needs python3 >= 3.10 and pip access to PyPI.
+#   XPT_TORCH_SPEC  torch requirement to install when torch is missing (default: torch==2.13.0,
+#                   the CPU build available on this project's machines; on a GPU machine install
+#                   your CUDA build of torch into .venv first and it is kept).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  # Pinned: an unpinned torch pulls a multi-GB CUDA build where a CPU build is wanted.
+  .venv/bin/python -m pip install -q "${XPT_TORCH_SPEC:-torch==2.13.0}"
+fi
+.venv/bin/python -m pip install -q -e ".[offline-source,dev]"
