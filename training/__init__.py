@@ -1,0 +1,1 @@
+"""Post-training, MLM data/masking/metrics, fine-tuning and comparison scripts (run from the repo root)."""

@@ -1,0 +1,76 @@
+"""Atomic checkpoints with keep-last-K, and finding the one to resume from.
+
+A checkpoint is `OUTPUT/checkpoints/checkpoint-STEP/`: Accelerate's `save_state` (model,
+optimiser, scheduler, grad scaler, every process's RNG states) plus `trainer_state.json` (global
+step, phase, step within the phase, early-stopping state, tokens seen, wall time). It is written
+to `.tmp-checkpoint-STEP/` first and renamed into place only when complete (a directory rename
+is atomic on POSIX file systems), so a crash while saving leaves the previous checkpoints intact
+and the half-written folder is ignored (and removed by the next save).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+STATE_FILE = "trainer_state.json"
+_NAME = re.compile(r"^checkpoint-(\d+)$")
+
+
+def checkpoints_dir(output_dir) -> Path:
+    return Path(output_dir) / "checkpoints"
+
+
+def list_checkpoints(output_dir) -> list[tuple[int, Path]]:
+    """Complete checkpoints, oldest first."""
+    root = checkpoints_dir(output_dir)
+    if not root.is_dir():
+        return []
+    found = []
+    for path in root.iterdir():
+        match = _NAME.match(path.name)
+        if match and (path / STATE_FILE).is_file():
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def latest_checkpoint(output_dir) -> Path | None:
+    found = list_checkpoints(output_dir)
+    return found[-1][1] if found else None
+
+
+def read_state(checkpoint: Path) -> dict:
+    return json.loads((Path(checkpoint) / STATE_FILE).read_text())
+
+
+def _write_json(path: Path, data: dict) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def save_checkpoint(accelerator, output_dir, step: int, state: dict, keep: int, save_state=None) -> Path:
+    """Collective: every process calls it. `save_state(dir)` defaults to `accelerator.save_state`."""
+    root = checkpoints_dir(output_dir)
+    tmp = root / f".tmp-checkpoint-{step}"
+    final = root / f"checkpoint-{step}"
+    if accelerator.is_main_process:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    (save_state or (lambda d: accelerator.save_state(str(d), safe_serialization=False)))(tmp)
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        _write_json(tmp / STATE_FILE, state)  # written last: its presence marks a complete checkpoint
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        for _, old in list_checkpoints(output_dir)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+        for stale in root.glob(".tmp-checkpoint-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    return final

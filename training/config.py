@@ -1,0 +1,498 @@
+"""Typed configuration of XPT post-training: one dataclass, YAML plus `--field-name value` overrides.
+
+`load_config(argv)` reads `--config FILE.yaml`, applies every `--field-name value` given on the
+command line (any field of `PostTrainConfig`; values are parsed as YAML scalars, so `--phases`
+takes a YAML/JSON list), and validates what can be validated offline. Errors are
+`ConfigError`s whose message starts with the offending field name, raised before any download or
+training.
+
+Phases are data. Unless `phases` is given explicitly, they follow from `method`:
+
+| method | phases (trainable groups) | model |
+| --- | --- | --- |
+| `xpt` | phase1 (`PHASE1_GROUPS`, `phase1_steps`), phase2 (all, the rest of `train_steps`) | ITLs in and out |
+| `xpt-no-itl` | as `xpt` | no ITLs (ablation) |
+| `xpt-sp` | one phase, all groups, `train_steps` | ITLs in and out |
+| `scratch` | one phase, all groups | same architecture, every weight random |
+| `adapters` | one phase, all groups | bottleneck adapters (`adapter_size`), no ITLs |
+
+so every method spends the same `train_steps` on the same batches, and sweeps only override
+`--phase1-steps` / `--phase1-learning-rate`.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+METHODS = ("xpt", "xpt-sp", "scratch", "adapters", "xpt-no-itl")
+SCHEDULES = ("linear", "cosine", "constant")
+MIXED_PRECISION = ("no", "fp16", "bf16")
+# Kept in sync with modeling_xpt.PARAMETER_GROUPS / PHASE1_GROUPS (checked by a test); duplicated
+# so that parsing and --dry-run import neither torch nor transformers.
+PARAMETER_GROUPS = ("target_embeddings", "itl", "reused_encoder", "reused_embeddings", "lm_head_transform",
+                    "lm_head_bias", "adapters", "task_head")
+PHASE1_GROUPS = ("target_embeddings", "itl", "lm_head_bias")
+ALL_GROUPS = "all"
+
+
+class ConfigError(ValueError):
+    """A bad configuration; the message names the field."""
+
+    def __init__(self, field_name: str, message: str):
+        self.field = field_name
+        super().__init__(f"config field `{field_name}`: {message}")
+
+
+@dataclass
+class PhaseConfig:
+    """One post-training phase: which parameter groups train, for how long, at which learning rate."""
+
+    name: str
+    trainable_groups: list[str] | str = ALL_GROUPS  # group names, or "all"
+    steps: int = 1000  # optimiser steps (the cap when early stopping is on; the schedule spans it)
+    learning_rate: float = 1e-4
+    warmup_steps: int = 0
+    schedule: str = "linear"  # linear | cosine | constant (all after linear warmup)
+    early_stopping_patience: int | None = None  # stop after this many evaluations without a better valid loss
+
+    def groups(self) -> list[str]:
+        return list(PARAMETER_GROUPS) if self.trainable_groups == ALL_GROUPS else list(self.trainable_groups)
+
+
+@dataclass
+class PostTrainConfig:
+    # --- model -------------------------------------------------------------------------------
+    method: str = "xpt"
+    source: str = "roberta-base"  # Hub id, folder, or "package:NAME" (a package with get_model_path())
+    tokenizer: str | None = None  # folder or Hub id of the Korean tokenizer; None: train one on the train split
+    tokenizer_vocab_size: int = 32000  # when training a tokenizer
+    tokenizer_train_sentences: int = 200000  # sentences of the train split the tokenizer is trained on
+    embedding_init: str = "random"  # random (paper) | overlap
+    itl_init: str = "random"  # random (paper) | copy
+    adapter_size: int = 64  # bottleneck width, method adapters only
+    # --- data --------------------------------------------------------------------------------
+    data: str = ""  # prepared-splits folder, text/jsonl/parquet file(s) or folder, Hub dataset id, or "konlpy"
+    data_fallback: str | None = None  # used when `data` is a path that does not exist (e.g. "konlpy")
+    data_config: str | None = None  # Hub dataset configuration name
+    text_column: str = "text"
+    valid_size: int = 2000  # sentences held out for valid when the data has no valid split
+    test_size: int = 2000  # sentences held out for test when the data has no test split
+    max_train_sentences: int | None = None  # use only the first N train sentences (data-efficiency settings)
+    max_eval_sentences: int | None = 5000  # cap valid/test for evaluation cost
+    max_seq_length: int = 128
+    packing: bool = True  # pack sentences into full rows (block attention); False: pad with length grouping
+    cache_dir: str = ".cache/xpt-data"  # tokenised + packed splits, keyed by data/tokenizer/length
+    # --- masking -----------------------------------------------------------------------------
+    mlm_probability: float = 0.15
+    mask_replace_prob: float = 0.8  # of the selected tokens: [MASK]
+    random_replace_prob: float = 0.1  # of the selected tokens: a random token (rest unchanged)
+    whole_word_masking: bool = False
+    # --- phases and optimisation ----------------------------------------------------------------
+    phases: list[PhaseConfig] | None = None  # explicit phases; None: derived from method (see module doc)
+    train_steps: int = 2000
+    phase1_steps: int = 1000  # two-phase methods
+    learning_rate: float = 1e-4
+    phase1_learning_rate: float | None = None  # None: learning_rate
+    warmup_steps: int = 1000
+    lr_schedule: str = "linear"
+    early_stopping_patience: int | None = None
+    global_batch_size: int = 256
+    per_device_batch_size: int | None = None  # micro-batch; None: from gradient_accumulation_steps (default 1)
+    gradient_accumulation_steps: int | None = None  # None: derived from world size and per_device_batch_size
+    weight_decay: float = 0.01  # not applied to biases and LayerNorm weights
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    adam_epsilon: float = 1e-6
+    max_grad_norm: float = 1.0
+    mixed_precision: str = "no"  # no | fp16 | bf16
+    seed: int = 42
+    eval_seed: int = 1234  # fixed masking of valid/test, comparable across runs and methods
+    # --- bookkeeping -------------------------------------------------------------------------
+    output_dir: str = "runs/xpt"
+    eval_steps: int = 500
+    save_steps: int = 500
+    save_total_limit: int = 3
+    logging_steps: int = 10
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
+    num_workers: int = 0
+    max_steps: int | None = None  # quick runs: scale every phase to a total of N steps (each keeps >= 1)
+    stop_after_steps: int | None = None  # debug: hard-exit after N steps, as if killed (tests resume)
+    resume: str | None = None  # "latest" or a checkpoint folder
+    dry_run: bool = False
+
+    # ------------------------------------------------------------------------------------------
+    def resolved_phases(self) -> list[PhaseConfig]:
+        """The phases to run: explicit ones, or the method's, scaled to `max_steps` when set."""
+        if self.phases:
+            phases = [dataclasses.replace(p) for p in self.phases]
+        elif self.method in ("xpt", "xpt-no-itl"):
+            lr1 = self.phase1_learning_rate if self.phase1_learning_rate is not None else self.learning_rate
+            phases = [
+                PhaseConfig("phase1", list(PHASE1_GROUPS), self.phase1_steps, lr1,
+                            min(self.warmup_steps, self.phase1_steps), self.lr_schedule, self.early_stopping_patience),
+                PhaseConfig("phase2", ALL_GROUPS, self.train_steps - self.phase1_steps, self.learning_rate,
+                            min(self.warmup_steps, max(0, self.train_steps - self.phase1_steps)), self.lr_schedule,
+                            self.early_stopping_patience),
+            ]
+        else:
+            phases = [PhaseConfig("train", ALL_GROUPS, self.train_steps, self.learning_rate, self.warmup_steps,
+                                  self.lr_schedule, self.early_stopping_patience)]
+        if self.max_steps is not None:
+            total = sum(p.steps for p in phases)
+            if self.max_steps < total:
+                scaled = [max(1, int(p.steps * self.max_steps / total)) for p in phases]
+                scaled[-1] = max(1, self.max_steps - sum(scaled[:-1]))
+                for phase, steps in zip(phases, scaled):
+                    phase.warmup_steps = int(phase.warmup_steps * steps / phase.steps) if phase.steps else 0
+                    phase.steps = steps
+        return phases
+
+    def batch_layout(self, world_size: int) -> tuple[int, int]:
+        """(per-device micro-batch, gradient-accumulation steps) for `world_size` processes."""
+        g = self.global_batch_size
+        if self.gradient_accumulation_steps is not None:
+            accumulation = self.gradient_accumulation_steps
+            if g % (world_size * accumulation):
+                raise ConfigError("global_batch_size", f"{g} is not divisible by world size x accumulation = "
+                                  f"{world_size} x {accumulation} = {world_size * accumulation}")
+            micro = g // (world_size * accumulation)
+            if self.per_device_batch_size is not None and micro != self.per_device_batch_size:
+                raise ConfigError("per_device_batch_size", f"{self.per_device_batch_size} disagrees with "
+                                  f"global_batch_size / (world size x gradient_accumulation_steps) = {micro}")
+            return micro, accumulation
+        micro = self.per_device_batch_size or max(1, g // world_size)
+        if g % (world_size * micro):
+            raise ConfigError("global_batch_size", f"{g} is not divisible by world size x per-device batch = "
+                              f"{world_size} x {micro} (accumulation would not be a whole number)")
+        return micro, g // (world_size * micro)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# ----------------------------------------------------------------------------------------------
+# Parsing
+# ----------------------------------------------------------------------------------------------
+
+FIELDS = {f.name: f for f in dataclasses.fields(PostTrainConfig)}
+_HINTS = typing.get_type_hints(PostTrainConfig)
+_PHASE_HINTS = typing.get_type_hints(PhaseConfig)
+
+
+def _base_types(hint) -> tuple[set, bool]:
+    """({int, float, str, bool, list, ...} allowed by a type hint, whether None is allowed)."""
+    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    allowed, nullable = set(), False
+    for arg in args:
+        if arg is type(None):
+            nullable = True
+        else:
+            allowed.add(typing.get_origin(arg) or arg)
+    return allowed, nullable
+
+
+def _coerce(name: str, value, hint):
+    allowed, nullable = _base_types(hint)
+    if value is None:
+        if nullable:
+            return None
+        if list in allowed:  # --report-to none
+            return []
+        raise ConfigError(name, "must not be null")
+    if bool in allowed and isinstance(value, bool):
+        return value
+    if int in allowed and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if float in allowed and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if str in allowed and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return str(value)
+    if float in allowed and isinstance(value, str):  # YAML 1.1 reads "1e-4" as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if list in allowed and isinstance(value, (list, tuple)):
+        return list(value)
+    if list in allowed and isinstance(value, str):  # "a,b" on the command line
+        return [v for v in value.split(",") if v]
+    names = sorted(t.__name__ for t in allowed) + (["null"] if nullable else [])
+    raise ConfigError(name, f"expected {' or '.join(names)}, got {value!r}")
+
+
+def _phase_from_dict(index: int, raw) -> PhaseConfig:
+    if isinstance(raw, PhaseConfig):
+        return raw
+    if not isinstance(raw, dict):
+        raise ConfigError(f"phases[{index}]", f"expected a mapping, got {raw!r}")
+    known = {f.name for f in dataclasses.fields(PhaseConfig)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"phases[{index}].{unknown[0]}", f"unknown phase field; known: {sorted(known)}")
+    if "name" not in raw:
+        raise ConfigError(f"phases[{index}].name", "every phase needs a name")
+    values = {k: _coerce(f"phases[{index}].{k}", v, _PHASE_HINTS[k]) for k, v in raw.items()}
+    return PhaseConfig(**values)
+
+
+def config_from_dict(raw: dict) -> PostTrainConfig:
+    unknown = sorted(set(raw) - set(FIELDS))
+    if unknown:
+        raise ConfigError(unknown[0], f"unknown field; known fields: {', '.join(sorted(FIELDS))}")
+    values = {}
+    for name, value in raw.items():
+        if name == "phases":
+            if isinstance(value, str):
+                value = yaml.safe_load(value)
+            if value is not None and not isinstance(value, list):
+                raise ConfigError("phases", f"expected a list of phases, got {value!r}")
+            values[name] = None if value is None else [_phase_from_dict(i, p) for i, p in enumerate(value)]
+        else:
+            values[name] = _coerce(name, value, _HINTS[name])
+    return PostTrainConfig(**values)
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="XPT post-training of an English BERT/RoBERTa encoder into Korean (Accelerate).",
+        epilog="Any config field can be given as --field-name VALUE (YAML syntax for lists: --phases '[...]').")
+    parser.add_argument("--config", help="YAML config file")
+    for name, f in FIELDS.items():
+        flag = "--" + name.replace("_", "-")
+        if name == "dry_run":
+            parser.add_argument(flag, action="store_const", const=True, default=None, help="validate and print the plan")
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else "(see config)"
+        parser.add_argument(flag, dest=name, default=None, metavar="VALUE", help=f"default: {default}")
+    return parser
+
+
+def _parse_cli_value(name: str, text: str):
+    allowed, _ = _base_types(_HINTS[name])
+    if allowed == {str} and text.lower() not in ("null", "none", "~"):
+        return text
+    value = yaml.safe_load(text)
+    if isinstance(value, str) and value.lower() == "none":
+        return None
+    return value
+
+
+def load_config(argv: list[str] | None = None) -> PostTrainConfig:
+    """YAML file, then command-line overrides; offline validation. Raises ConfigError."""
+    args = build_arg_parser().parse_args(argv)
+    raw: dict = {}
+    if args.config:
+        path = Path(args.config)
+        if not path.is_file():
+            raise ConfigError("config", f"{path} does not exist")
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if not isinstance(raw, dict):
+            raise ConfigError("config", f"{path} must hold a mapping of field: value")
+    for name in FIELDS:
+        value = getattr(args, name)
+        if value is None:
+            continue
+        raw[name] = value if name == "dry_run" else _parse_cli_value(name, value)
+    config = config_from_dict(raw)
+    validate_config(config)
+    return config
+
+
+# ----------------------------------------------------------------------------------------------
+# Validation (offline: nothing is downloaded)
+# ----------------------------------------------------------------------------------------------
+
+
+def looks_like_hub_id(value: str) -> bool:
+    """"name" or "org/name" that is not an existing or explicitly relative/absolute local path."""
+    if value.startswith((".", "/", "~")) or os.sep + os.sep in value or value.count("/") > 1:
+        return False
+    return all(part and all(c.isalnum() or c in "-_." for c in part) for part in value.split("/"))
+
+
+def resolve_source(source: str) -> str:
+    """A local folder for "package:NAME" sources (a package exposing get_model_path()); else unchanged."""
+    if source.startswith("package:"):
+        import importlib
+
+        name = source.removeprefix("package:")
+        try:
+            module = importlib.import_module(name)
+        except ImportError as error:
+            raise ConfigError("source", f"package {name!r} is not installed ({error}); `pip install {name.replace('_', '-')}`") from error
+        return str(module.get_model_path())
+    return source
+
+
+def resolve_local(path: str) -> Path | None:
+    """An existing local path, tried as given (relative to the working directory) and relative to the repo root."""
+    for candidate in (Path(path).expanduser(), REPO_ROOT / path):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def validate_config(c: PostTrainConfig, world_size: int | None = None) -> None:
+    if c.method not in METHODS:
+        raise ConfigError("method", f"{c.method!r} is not one of {METHODS}")
+    if c.embedding_init not in ("random", "overlap"):
+        raise ConfigError("embedding_init", f"{c.embedding_init!r}: use 'random' or 'overlap'")
+    if c.itl_init not in ("random", "copy"):
+        raise ConfigError("itl_init", f"{c.itl_init!r}: use 'random' or 'copy'")
+    if c.method == "adapters" and c.adapter_size <= 0:
+        raise ConfigError("adapter_size", "must be > 0 for method 'adapters'")
+    if c.mixed_precision not in MIXED_PRECISION:
+        raise ConfigError("mixed_precision", f"{c.mixed_precision!r} is not one of {MIXED_PRECISION}")
+    if c.lr_schedule not in SCHEDULES:
+        raise ConfigError("lr_schedule", f"{c.lr_schedule!r} is not one of {SCHEDULES}")
+    for name in ("train_steps", "global_batch_size", "max_seq_length", "eval_steps", "save_steps", "logging_steps",
+                 "save_total_limit", "tokenizer_vocab_size"):
+        if getattr(c, name) <= 0:
+            raise ConfigError(name, f"must be > 0, got {getattr(c, name)}")
+    for name in ("per_device_batch_size", "gradient_accumulation_steps", "max_steps", "max_train_sentences",
+                 "max_eval_sentences", "stop_after_steps", "early_stopping_patience"):
+        if getattr(c, name) is not None and getattr(c, name) <= 0:
+            raise ConfigError(name, f"must be > 0 or null, got {getattr(c, name)}")
+    if c.max_seq_length < 8:
+        raise ConfigError("max_seq_length", "must be at least 8")
+    if not 0 < c.mlm_probability < 1:
+        raise ConfigError("mlm_probability", f"must be in (0, 1), got {c.mlm_probability}")
+    if c.mask_replace_prob < 0 or c.random_replace_prob < 0 or c.mask_replace_prob + c.random_replace_prob > 1:
+        raise ConfigError("mask_replace_prob", "mask_replace_prob and random_replace_prob must be >= 0 and sum to <= 1")
+    if not c.phases and c.method in ("xpt", "xpt-no-itl"):
+        if c.phase1_steps <= 0:
+            raise ConfigError("phase1_steps", f"must be > 0, got {c.phase1_steps}")
+        if c.phase1_steps >= c.train_steps:
+            raise ConfigError("train_steps", f"{c.train_steps} leaves no steps for phase2 after phase1_steps={c.phase1_steps}")
+    for i, phase in enumerate(c.resolved_phases()):
+        _validate_phase(i, phase)
+    if not c.data:
+        raise ConfigError("data", "no training data given")
+    if (c.data != "konlpy" and resolve_local(c.data) is None and not looks_like_hub_id(c.data)
+            and not c.data_fallback):
+        raise ConfigError("data", f"{c.data!r} is neither an existing path, 'konlpy', nor a Hub dataset id")
+    if c.resume not in (None, "latest") and not Path(c.resume).is_dir():
+        raise ConfigError("resume", f"{c.resume!r} is neither 'latest' nor a checkpoint folder")
+    if world_size is not None:
+        c.batch_layout(world_size)
+    else:
+        c.batch_layout(1)
+    _validate_paths(c)
+
+
+def _validate_phase(i: int, phase: PhaseConfig) -> None:
+    where = f"phases[{i}]"
+    if phase.steps <= 0:
+        raise ConfigError(f"{where}.steps", f"phase {phase.name!r} has {phase.steps} steps; must be > 0")
+    groups = phase.trainable_groups
+    if groups != ALL_GROUPS:
+        if isinstance(groups, str) or not groups:
+            raise ConfigError(f"{where}.trainable_groups", f"{groups!r}: give a list of group names or 'all'")
+        unknown = [g for g in groups if g not in PARAMETER_GROUPS]
+        if unknown:
+            raise ConfigError(f"{where}.trainable_groups", f"unknown parameter group(s) {unknown} in phase "
+                              f"{phase.name!r}; valid groups: {list(PARAMETER_GROUPS)}")
+    if phase.learning_rate <= 0:
+        raise ConfigError(f"{where}.learning_rate", f"must be > 0, got {phase.learning_rate}")
+    if phase.schedule not in SCHEDULES:
+        raise ConfigError(f"{where}.schedule", f"{phase.schedule!r} is not one of {SCHEDULES}")
+    if not 0 <= phase.warmup_steps <= phase.steps:
+        raise ConfigError(f"{where}.warmup_steps", f"{phase.warmup_steps} must be in [0, steps={phase.steps}]")
+
+
+def _validate_paths(c: PostTrainConfig) -> None:
+    """Missing local source/tokenizer fail here; Hub ids pass (not checked offline)."""
+    source = resolve_source(c.source)
+    if resolve_local(source) is None and not looks_like_hub_id(source):
+        raise ConfigError("source", f"{c.source!r} is neither an existing folder nor a Hub model id")
+    local = resolve_local(source)
+    if local is not None and not (local / "config.json").is_file():
+        raise ConfigError("source", f"{local} has no config.json: not a transformers checkpoint")
+    if c.tokenizer is not None:
+        if resolve_local(c.tokenizer) is None and not looks_like_hub_id(c.tokenizer):
+            raise ConfigError("tokenizer", f"{c.tokenizer!r} is neither an existing folder nor a Hub tokenizer id")
+        local_tok = resolve_local(c.tokenizer)
+        if local_tok is not None and local_tok.is_dir() and not any(
+                (local_tok / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.txt")):
+            raise ConfigError("tokenizer", f"{local_tok} holds no tokenizer files (tokenizer.json / tokenizer_config.json)")
+    families = {"source": source_family(source), "tokenizer": tokenizer_family(c.tokenizer) if c.tokenizer else None}
+    if families["source"] and families["tokenizer"] and families["source"] != families["tokenizer"]:
+        raise ConfigError("tokenizer", f"tokenizer family {families['tokenizer']!r} does not match the source family "
+                          f"{families['source']!r} ({c.source}); train the tokenizer with --family {families['source']}")
+
+
+def source_family(source: str) -> str | None:
+    """model_type of a local source checkpoint (None for Hub ids: not looked up offline)."""
+    local = resolve_local(source)
+    if local is None or not (local / "config.json").is_file():
+        return None
+    return json.loads((local / "config.json").read_text()).get("model_type")
+
+
+def tokenizer_family(tokenizer: str) -> str | None:
+    """'bert' ([CLS]/[SEP]/[MASK]) or 'roberta' (<s>/</s>/<mask>) from a local tokenizer's files."""
+    local = resolve_local(tokenizer)
+    if local is None or not local.is_dir():
+        return None
+    text = ""
+    for name in ("special_tokens_map.json", "tokenizer_config.json"):
+        if (local / name).is_file():
+            text += (local / name).read_text(encoding="utf-8")
+    if not text and (local / "tokenizer.json").is_file():
+        text = (local / "tokenizer.json").read_text(encoding="utf-8")[:20000]
+    if "[MASK]" in text or "[CLS]" in text:
+        return "bert"
+    if "<mask>" in text or "<s>" in text:
+        return "roberta"
+    return None
+
+
+def describe_plan(c: PostTrainConfig, world_size: int) -> str:
+    """Human-readable plan: phases, steps, sequences and tokens, batch per device."""
+    micro, accumulation = c.batch_layout(world_size)
+    phases = c.resolved_phases()
+    total = sum(p.steps for p in phases)
+    tokens_per_step = c.global_batch_size * c.max_seq_length
+    lines = [
+        f"method              {c.method}",
+        f"source              {c.source}" + (f" -> {resolve_source(c.source)}" if c.source.startswith("package:") else ""),
+        f"tokenizer           {c.tokenizer or f'trained on the train split (vocab {c.tokenizer_vocab_size})'}",
+        f"data                {c.data}" + (f" (fallback {c.data_fallback})" if c.data_fallback else ""),
+        f"processes           {world_size}, per-device batch {micro}, gradient accumulation {accumulation}, "
+        f"global batch {c.global_batch_size} x {c.max_seq_length} tokens ({'packed' if c.packing else 'padded'})",
+        f"mixed precision     {c.mixed_precision}",
+        "phases:",
+    ]
+    for p in phases:
+        stop = f", early stop after {p.early_stopping_patience} evals w/o improvement" if p.early_stopping_patience else ""
+        lines.append(f"  {p.name:<10} {p.steps:>8} steps  lr {p.learning_rate:g} ({p.schedule}, warmup {p.warmup_steps})"
+                     f"  trains {', '.join(p.groups()) if p.trainable_groups != ALL_GROUPS else 'all groups'}{stop}")
+    lines.append(f"total               {total} steps, {total * c.global_batch_size:,} sequences, "
+                 f"<= {total * tokens_per_step:,} tokens")
+    lines.append(f"eval every {c.eval_steps} steps, checkpoint every {c.save_steps} (keep {c.save_total_limit}), "
+                 f"output {c.output_dir}")
+    return "\n".join(lines)
+
+
+def flat_hparams(c: PostTrainConfig) -> dict:
+    """Scalars only, for tracker hyper-parameter tables."""
+    out = {}
+    for k, v in c.to_dict().items():
+        if isinstance(v, (int, float, str, bool)):
+            out[k] = v
+        elif v is None:
+            out[k] = "none"
+        else:
+            out[k] = json.dumps(v)
+    return out
+

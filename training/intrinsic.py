@@ -1,0 +1,82 @@
+"""Intrinsic masked-LM metrics of the XPT paper (Table 2): loss, perplexity, Hits@1/3/5/10, MRR, mean rank.
+
+All are computed over masked tokens from the sparse logits `(num_masked, vocab)` that
+`XPTForMaskedLM` returns with labels. The rank of the gold token is 1 + the number of vocabulary
+entries with a strictly larger logit (ties count in the gold token's favour). Batches are reduced
+to sums (`MetricSums`), which add up across batches and processes; `MetricSums.compute()` turns
+them into the final numbers, so the result does not depend on how tokens were split into batches.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+HITS_AT = (1, 3, 5, 10)
+METRIC_NAMES = ("loss", "perplexity") + tuple(f"hits@{k}" for k in HITS_AT) + ("mrr", "mean_rank")
+
+
+def gold_ranks(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """1-based rank of `labels[i]` among `logits[i]` (strictly larger logits counted)."""
+    logits = logits.float()
+    gold = logits.gather(1, labels.view(-1, 1))
+    return (logits > gold).sum(dim=1) + 1
+
+
+@dataclass
+class MetricSums:
+    """Additive statistics over masked tokens."""
+
+    count: float = 0.0
+    loss_sum: float = 0.0
+    reciprocal_rank_sum: float = 0.0
+    rank_sum: float = 0.0
+    hits: dict = field(default_factory=lambda: {k: 0.0 for k in HITS_AT})
+
+    def add_batch(self, logits: torch.Tensor, labels: torch.Tensor) -> None:
+        """`logits` (n, vocab) and `labels` (n,) of the masked tokens (the sparse MLM output)."""
+        if labels.numel() == 0:
+            return
+        ranks = gold_ranks(logits, labels)
+        self.count += labels.numel()
+        self.loss_sum += F.cross_entropy(logits.float(), labels, reduction="sum").item()
+        self.reciprocal_rank_sum += (1.0 / ranks.double()).sum().item()
+        self.rank_sum += ranks.double().sum().item()
+        for k in HITS_AT:
+            self.hits[k] += (ranks <= k).sum().item()
+
+    def as_tensor(self) -> torch.Tensor:
+        return torch.tensor([self.count, self.loss_sum, self.reciprocal_rank_sum, self.rank_sum,
+                             *(self.hits[k] for k in HITS_AT)], dtype=torch.float64)
+
+    @classmethod
+    def from_tensor(cls, t: torch.Tensor) -> "MetricSums":
+        values = t.double().tolist()
+        return cls(values[0], values[1], values[2], values[3], dict(zip(HITS_AT, values[4:])))
+
+    def compute(self) -> dict[str, float]:
+        if not self.count:
+            return {name: float("nan") for name in METRIC_NAMES}
+        loss = self.loss_sum / self.count
+        out = {"loss": loss, "perplexity": math.exp(min(loss, 700.0))}
+        out.update({f"hits@{k}": self.hits[k] / self.count for k in HITS_AT})
+        out["mrr"] = self.reciprocal_rank_sum / self.count
+        out["mean_rank"] = self.rank_sum / self.count
+        out["num_tokens"] = int(self.count)
+        return out
+
+
+def masked_lm_metrics(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
+    """Metrics of one toy batch. `labels` may be (n,) aligned with sparse `logits` (n, vocab), or the
+    full (B, T) labels with -100 at unmasked positions (then `logits` are the sparse ones in row-major
+    order of `labels != -100`, or dense (B, T, vocab))."""
+    if labels.dim() > 1:
+        masked = labels.ne(-100)
+        if logits.dim() == 3:
+            logits = logits[masked]
+        labels = labels[masked]
+    sums = MetricSums()
+    sums.add_batch(logits, labels)
+    return sums.compute()

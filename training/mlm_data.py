@@ -1,0 +1,452 @@
+"""MLM data for post-training: text splits -> token rows (tokenised once, cached) -> masked batches.
+
+Pipeline
+1. `load_text_splits`: train/valid/test `datasets.Dataset`s with a "text" column from a prepared
+   splits folder (`python -m tokenization.prepare_corpus`), text/jsonl/parquet files or a folder
+   of them (valid/test held out after a fixed shuffle), a Hub dataset id, or "konlpy" (the small
+   Korean corpora shipped inside the PyPI package konlpy; read as plain files, no Java).
+2. `build_token_rows`: tokenise every sentence once (`datasets.map`), wrap it as `[CLS] ... [SEP]`
+   (`<s> ... </s>`), cut sentences longer than a row, and pack consecutive sentences into rows of
+   at most `max_seq_length` tokens (`seg_lengths` records the sentences of a row; attention is
+   block-diagonal and positions restart per sentence, so packing does not change what a sentence
+   sees). Without packing every sentence is a row and batches are length-grouped. The result is
+   saved under `cache_dir/<hash of data, tokenizer and lengths>/` and reloaded on later runs.
+3. `BatchSchedule`: global batch `step` = a fixed slice of the epoch's seeded permutation of rows, so
+   the data position is a pure function of the step (exact resume needs no loader state).
+4. `mask_row`: dynamic masking whose randomness comes only from (seed, epoch, row index): the same
+   row gets the same mask on any number of processes, in any loader worker, before and after a
+   resume. 15% of the non-special tokens (or whole words) are selected; of those 80% become the
+   mask token, 10% a random non-special token, 10% stay. Evaluation uses (eval_seed, 0, row).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+CACHE_VERSION = 1
+TEXT_SUFFIXES = {".txt": "text", ".gz": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet",
+                 ".arrow": "arrow", ".csv": "csv"}
+SPLIT_NAMES = {"train": ("train",), "valid": ("valid", "validation", "dev"), "test": ("test",)}
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. Text splits
+# ----------------------------------------------------------------------------------------------
+
+
+def konlpy_corpus_files() -> list[Path]:
+    """Text files of the corpora bundled in the konlpy wheel (kolaw, kobill), found without importing
+    konlpy (its import pulls in JPype; reading the files needs no Java)."""
+    spec = importlib.util.find_spec("konlpy")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("data 'konlpy' needs the PyPI package konlpy (`pip install konlpy`); "
+                                "only its bundled corpus files are read, Java is not needed")
+    root = Path(list(spec.submodule_search_locations)[0]) / "data" / "corpus"
+    files = sorted(p for p in root.rglob("*.txt") if p.is_file())
+    if not files:
+        raise FileNotFoundError(f"no corpus files under {root}")
+    return files
+
+
+def _data_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    return sorted(p for p in path.rglob("*") if p.is_file() and _builder(p) and not p.name.startswith("."))
+
+
+def _builder(path: Path) -> str | None:
+    suffixes = path.suffixes
+    if not suffixes:
+        return None
+    last = suffixes[-1]
+    if last == ".gz" and len(suffixes) > 1:
+        last = suffixes[-2]
+    return TEXT_SUFFIXES.get(last)
+
+
+def _is_saved_dataset(path: Path) -> bool:
+    return path.is_dir() and ((path / "state.json").is_file() or (path / "dataset_dict.json").is_file())
+
+
+def _load_files(files: list[Path], text_column: str, cache_dir: str | None):
+    import datasets
+
+    builders = {_builder(f) for f in files}
+    if len(builders) != 1:
+        raise ValueError(f"data files of mixed formats {sorted(map(str, builders))}: {files[:5]}")
+    builder = builders.pop()
+    ds = datasets.load_dataset(builder, data_files=[str(f) for f in files], split="train", cache_dir=cache_dir)
+    return _text_only(ds, text_column)
+
+
+def _text_only(ds, text_column: str):
+    if text_column not in ds.column_names:
+        raise ValueError(f"text_column {text_column!r} not in the data columns {ds.column_names}")
+    if text_column != "text":
+        ds = ds.rename_column(text_column, "text")
+    ds = ds.select_columns(["text"])
+    return ds.filter(lambda batch: [bool(t and t.strip()) for t in batch["text"]], batched=True)
+
+
+def _load_split_dir(path: Path, text_column: str, cache_dir: str | None):
+    import datasets
+
+    if _is_saved_dataset(path):
+        return _text_only(datasets.load_from_disk(str(path)), text_column)
+    return _load_files(_data_files(path), text_column, cache_dir)
+
+
+def describe_data_source(data: str) -> dict:
+    """What the data spec points at, with file sizes and mtimes (part of the cache key)."""
+    if data == "konlpy":
+        files = konlpy_corpus_files()
+    else:
+        from training.config import resolve_local
+
+        local = resolve_local(data)
+        if local is None:
+            return {"hub": data}
+        files = [p for p in sorted(local.rglob("*") if local.is_dir() else [local]) if p.is_file()]
+    return {"files": [[str(f), f.stat().st_size, int(f.stat().st_mtime)] for f in files]}
+
+
+def load_text_splits(data: str, *, text_column: str = "text", valid_size: int = 2000, test_size: int = 2000,
+                     data_config: str | None = None, cache_dir: str | None = None, split_seed: int = 0):
+    """{"train", "valid", "test"} -> Dataset with a "text" column ("test" may be missing for Hub data without it)."""
+    import datasets
+
+    from training.config import resolve_local
+
+    splits = {}
+    if data == "konlpy":
+        corpus = _load_files(konlpy_corpus_files(), "text", cache_dir)
+    else:
+        local = resolve_local(data)
+        if local is None:  # Hub dataset id
+            loaded = datasets.load_dataset(data, data_config, cache_dir=cache_dir)
+            for split, names in SPLIT_NAMES.items():
+                for name in names:
+                    if name in loaded:
+                        splits[split] = _text_only(loaded[name], text_column)
+                        break
+            corpus = splits.pop("train")
+        elif _is_saved_dataset(local) and (local / "dataset_dict.json").is_file():
+            loaded = datasets.load_from_disk(str(local))
+            for split, names in SPLIT_NAMES.items():
+                for name in names:
+                    if name in loaded:
+                        splits[split] = _text_only(loaded[name], text_column)
+                        break
+            corpus = splits.pop("train")
+        else:
+            sub = {split: next((local / n for n in names if (local / n).exists() or list(local.glob(f"{n}.*"))), None)
+                   for split, names in SPLIT_NAMES.items()} if local.is_dir() else {}
+            if sub.get("train") is not None:  # prepared splits: DIR/train, DIR/valid, DIR/test (folders or files)
+                for split, path in sub.items():
+                    if path is None:
+                        continue
+                    if not path.exists():
+                        path = next(iter(sorted(local.glob(f"{path.name}.*"))))
+                    splits[split] = _load_split_dir(path, text_column, cache_dir)
+                corpus = splits.pop("train")
+            else:
+                corpus = _load_files(_data_files(local), text_column, cache_dir)
+    missing = [s for s in ("valid", "test") if s not in splits]
+    if missing:  # hold out from the corpus after a fixed shuffle (sources are often concatenated by kind)
+        sizes = {"test": test_size, "valid": valid_size}
+        need = sum(sizes[s] for s in missing)
+        if len(corpus) <= need:
+            raise ValueError(f"data {data!r} has {len(corpus)} sentences, too few to hold out {need} for {missing}")
+        corpus = corpus.shuffle(seed=split_seed)
+        start = 0
+        for split in ("test", "valid"):
+            if split in missing:
+                splits[split] = corpus.select(range(start, start + sizes[split]))
+                start += sizes[split]
+        corpus = corpus.select(range(start, len(corpus)))
+    splits["train"] = corpus
+    return splits
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. Tokenised, packed rows (cached)
+# ----------------------------------------------------------------------------------------------
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    text = backend.to_str() if backend is not None else json.dumps(tokenizer.get_vocab(), sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def special_ids(tokenizer) -> tuple[int, int]:
+    """(start, end) ids that wrap a sentence: [CLS]/[SEP] or <s>/</s>."""
+    start = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
+    end = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
+    if start is None or end is None:
+        raise ValueError("the tokenizer needs cls/sep (or bos/eos) tokens to wrap sentences")
+    return start, end
+
+
+def _tokenize_batch(batch, tokenizer, max_len: int, start: int, end: int):
+    enc = tokenizer(batch["text"], add_special_tokens=False, return_attention_mask=False,
+                    return_token_type_ids=False)
+    out_ids, out_starts = [], []
+    body = max_len - 2
+    for i, ids in enumerate(enc["input_ids"]):
+        if not ids:
+            continue
+        word_ids = enc.word_ids(i) if enc.encodings is not None else [None] * len(ids)
+        starts = [int(j == 0 or w is None or w != word_ids[j - 1]) for j, w in enumerate(word_ids)]
+        for k in range(0, len(ids), body):  # long sentences/paragraphs: consecutive chunks
+            chunk_starts = starts[k:k + body]
+            chunk_starts[0] = 1
+            out_ids.append([start] + ids[k:k + body] + [end])
+            out_starts.append([1] + chunk_starts + [1])
+    return {"input_ids": out_ids, "word_start": out_starts}
+
+
+def _pack_batch(batch, max_len: int, packing: bool):
+    rows, starts, segs = [], [], []
+    cur_ids, cur_starts, cur_segs = [], [], []
+    for ids, ws in zip(batch["input_ids"], batch["word_start"]):
+        if not packing:
+            rows.append(ids), starts.append(ws), segs.append([len(ids)])
+            continue
+        if cur_ids and len(cur_ids) + len(ids) > max_len:
+            rows.append(cur_ids), starts.append(cur_starts), segs.append(cur_segs)
+            cur_ids, cur_starts, cur_segs = [], [], []
+        cur_ids = cur_ids + ids
+        cur_starts = cur_starts + ws
+        cur_segs = cur_segs + [len(ids)]
+    if cur_ids:
+        rows.append(cur_ids), starts.append(cur_starts), segs.append(cur_segs)
+    return {"input_ids": rows, "word_start": starts, "seg_lengths": segs}
+
+
+def build_token_rows(splits: dict, tokenizer, *, max_seq_length: int, packing: bool, cache_dir: str,
+                     cache_key: dict, num_proc: int | None = None, log=print):
+    """Tokenise and pack each split once; reload from `cache_dir` when the same key was built before."""
+    import datasets
+
+    key = hashlib.sha256(json.dumps({**cache_key, "tokenizer": tokenizer_fingerprint(tokenizer),
+                                     "max_seq_length": max_seq_length, "packing": packing,
+                                     "version": CACHE_VERSION}, sort_keys=True).encode()).hexdigest()[:20]
+    root = Path(cache_dir) / key
+    if (root / "DONE").is_file():
+        log(f"token rows: cached in {root}")
+        return {split: datasets.load_from_disk(str(root / split)) for split in json.loads((root / "DONE").read_text())}
+    start, end = special_ids(tokenizer)
+    rows = {}
+    for split, ds in splits.items():
+        tokenised = ds.map(_tokenize_batch, batched=True, batch_size=1000, remove_columns=ds.column_names,
+                           fn_kwargs=dict(tokenizer=tokenizer, max_len=max_seq_length, start=start, end=end),
+                           num_proc=num_proc, desc=f"tokenise {split}", load_from_cache_file=False)
+        rows[split] = tokenised.map(_pack_batch, batched=True, batch_size=10000, remove_columns=tokenised.column_names,
+                                    fn_kwargs=dict(max_len=max_seq_length, packing=packing),
+                                    desc=f"pack {split}", load_from_cache_file=False)
+    tmp = Path(cache_dir) / f".tmp-{key}-{os.getpid()}"
+    for split, ds in rows.items():
+        ds.save_to_disk(str(tmp / split))
+    (tmp / "DONE").write_text(json.dumps(sorted(rows)))
+    try:
+        os.replace(tmp, root)  # atomic: a crash while building never leaves a half cache under the key
+    except OSError:  # another process won the race
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    log(f"token rows: built and cached in {root}")
+    return {split: datasets.load_from_disk(str(root / split)) for split in rows}
+
+
+def row_stats(ds) -> dict:
+    lengths = [len(x) for x in ds["input_ids"]]
+    segs = sum(len(s) for s in ds["seg_lengths"])
+    return {"rows": len(lengths), "sentences": segs, "tokens": int(sum(lengths))}
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. Batch schedule (data position = f(step))
+# ----------------------------------------------------------------------------------------------
+
+
+class BatchSchedule:
+    """Rows of global batch `step`: epoch = step // steps_per_epoch, a slice of a permutation seeded by
+    (seed, epoch). With `lengths` (no packing) each window of 50 batches is sorted by length so a
+    batch holds sentences of similar length (less padding); batch order within the window is then
+    shuffled with the same seed."""
+
+    def __init__(self, num_rows: int, global_batch: int, seed: int, lengths: list[int] | None = None):
+        if num_rows < global_batch:
+            raise ValueError(f"only {num_rows} training rows for a global batch of {global_batch}: "
+                             f"use more data or a smaller global_batch_size")
+        self.num_rows, self.global_batch, self.seed, self.lengths = num_rows, global_batch, seed, lengths
+        self.steps_per_epoch = num_rows // global_batch
+        self._epoch, self._order = None, None
+
+    def _epoch_order(self, epoch: int) -> np.ndarray:
+        if self._epoch != epoch:
+            rng = np.random.default_rng([self.seed, epoch])
+            order = rng.permutation(self.num_rows)
+            if self.lengths is not None:
+                lengths = np.asarray(self.lengths)
+                window = 50 * self.global_batch
+                batches = []
+                for w in range(0, self.steps_per_epoch * self.global_batch, window):
+                    chunk = order[w:w + window]
+                    chunk = chunk[np.argsort(-lengths[chunk], kind="stable")]
+                    batches += [chunk[i:i + self.global_batch] for i in range(0, len(chunk), self.global_batch)
+                                if len(chunk[i:i + self.global_batch]) == self.global_batch]
+                perm = rng.permutation(len(batches))
+                order = np.concatenate([batches[i] for i in perm]) if batches else order
+            self._epoch, self._order = epoch, order
+        return self._order
+
+    def global_batch_rows(self, step: int) -> tuple[int, np.ndarray]:
+        epoch, offset = divmod(step, self.steps_per_epoch)
+        order = self._epoch_order(epoch)
+        return epoch, order[offset * self.global_batch:(offset + 1) * self.global_batch]
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. Masking and collation
+# ----------------------------------------------------------------------------------------------
+
+
+class Masker:
+    """80/10/10 dynamic masking from an explicit numpy Generator (derived from (seed, epoch, row))."""
+
+    def __init__(self, tokenizer, mlm_probability=0.15, mask_replace_prob=0.8, random_replace_prob=0.1,
+                 whole_word=False):
+        self.mask_id = tokenizer.mask_token_id
+        if self.mask_id is None:
+            raise ValueError("the tokenizer has no mask token")
+        self.special = np.array(sorted(set(tokenizer.all_special_ids)), dtype=np.int64)
+        vocab = len(tokenizer)
+        self.random_ids = np.setdiff1d(np.arange(vocab, dtype=np.int64), self.special)
+        self.p, self.p_mask, self.p_random, self.whole_word = (mlm_probability, mask_replace_prob,
+                                                               random_replace_prob, whole_word)
+
+    def mask_row(self, ids: np.ndarray, word_start: np.ndarray, rng: np.random.Generator):
+        """(masked input ids, labels with -100 at unselected positions)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        labels = np.full_like(ids, -100)
+        candidate = ~np.isin(ids, self.special)
+        positions = np.flatnonzero(candidate)
+        if positions.size == 0:
+            return ids.copy(), labels
+        if self.whole_word:
+            starts = np.asarray(word_start, dtype=bool)[positions]
+            prev_gap = np.diff(positions, prepend=-2) != 1  # a special token in between starts a new word
+            unit_of = np.cumsum(starts | prev_gap) - 1
+            n_units = int(unit_of[-1]) + 1
+        else:
+            unit_of, n_units = np.arange(positions.size), positions.size
+        k = max(1, int(round(self.p * n_units)))
+        chosen_units = rng.choice(n_units, size=k, replace=False)
+        chosen = positions[np.isin(unit_of, chosen_units)]
+        labels[chosen] = ids[chosen]
+        out = ids.copy()
+        r = rng.random(chosen.size)
+        to_mask = chosen[r < self.p_mask]
+        to_random = chosen[(r >= self.p_mask) & (r < self.p_mask + self.p_random)]
+        out[to_mask] = self.mask_id
+        out[to_random] = self.random_ids[rng.integers(0, self.random_ids.size, size=to_random.size)]
+        return out, labels
+
+
+def row_rng(seed: int, epoch: int, row: int) -> np.random.Generator:
+    return np.random.default_rng([seed, epoch, int(row)])
+
+
+def collate(rows: list[dict], row_indices, *, masker: Masker, seed: int, epoch: int, pad_id: int,
+            position_offset: int, packing: bool) -> dict[str, torch.Tensor]:
+    """Masked, padded batch. Packed rows get a (B, T, T) block mask and per-sentence positions."""
+    length = max(len(r["input_ids"]) for r in rows)
+    b = len(rows)
+    input_ids = np.full((b, length), pad_id, dtype=np.int64)
+    labels = np.full((b, length), -100, dtype=np.int64)
+    pad_position = position_offset - 1 if position_offset > 0 else 0
+    position_ids = np.full((b, length), pad_position, dtype=np.int64)
+    segment = np.full((b, length), -1, dtype=np.int64)
+    for i, (row, index) in enumerate(zip(rows, row_indices)):
+        ids, lab = masker.mask_row(np.asarray(row["input_ids"]), np.asarray(row["word_start"]),
+                                   row_rng(seed, epoch, index))
+        n = len(ids)
+        input_ids[i, :n], labels[i, :n] = ids, lab
+        start = 0
+        for s, seg_len in enumerate(row["seg_lengths"]):
+            position_ids[i, start:start + seg_len] = np.arange(seg_len) + position_offset
+            segment[i, start:start + seg_len] = s
+            start += seg_len
+    batch = {"input_ids": torch.from_numpy(input_ids), "labels": torch.from_numpy(labels),
+             "position_ids": torch.from_numpy(position_ids)}
+    seg = torch.from_numpy(segment)
+    if packing:
+        batch["attention_mask"] = (seg[:, :, None] == seg[:, None, :]) & (seg[:, :, None] >= 0)
+    else:
+        batch["attention_mask"] = (seg >= 0).long()
+    return batch
+
+
+class TrainMicroBatches(torch.utils.data.Dataset):
+    """Item i = micro-batch (i % accumulation) of global step (i // accumulation) for this process.
+
+    Global batch rows are dealt to (micro-batch a, process r) as slice (a * world + r) * micro; every
+    process and worker computes the same schedule and the same masks, so a DataLoader with workers
+    can prefetch and resume starts at item `start_step * accumulation` with no loader state."""
+
+    def __init__(self, rows, schedule: BatchSchedule, *, rank: int, world: int, micro: int, accumulation: int,
+                 collate_kwargs: dict):
+        self.rows, self.schedule = rows, schedule
+        self.rank, self.world, self.micro, self.accumulation = rank, world, micro, accumulation
+        self.collate_kwargs = collate_kwargs
+
+    def __len__(self):  # effectively unbounded: epochs repeat
+        return 10 ** 12
+
+    def __getitem__(self, i: int):
+        step, a = divmod(i, self.accumulation)
+        epoch, indices = self.schedule.global_batch_rows(step)
+        start = (a * self.world + self.rank) * self.micro
+        mine = [int(x) for x in indices[start:start + self.micro]]
+        batch = self.rows[mine]
+        rows = [dict(zip(batch.keys(), values)) for values in zip(*batch.values())]
+        out = collate(rows, mine, seed=self.collate_kwargs["seed"], epoch=epoch, **{
+            k: v for k, v in self.collate_kwargs.items() if k != "seed"})
+        out["step"] = torch.tensor(step)
+        return out
+
+
+class _RangeSampler(torch.utils.data.Sampler):
+    def __init__(self, start: int, stop: int):
+        self.start, self.stop = start, stop
+
+    def __iter__(self):
+        return iter(range(self.start, self.stop))
+
+    def __len__(self):
+        return self.stop - self.start
+
+
+def train_loader(dataset: TrainMicroBatches, start_step: int, stop_step: int, num_workers: int = 0):
+    sampler = _RangeSampler(start_step * dataset.accumulation, stop_step * dataset.accumulation)
+    return torch.utils.data.DataLoader(dataset, batch_size=None, sampler=sampler, num_workers=num_workers)
+
+
+def eval_batches(rows, *, batch_size: int, rank: int, world: int, collate_kwargs: dict):
+    """Fixed-masked evaluation batches of this process (batches rank, rank + world, ...)."""
+    n = len(rows)
+    for b, start in enumerate(range(0, n, batch_size)):
+        if b % world != rank:
+            continue
+        idx = list(range(start, min(n, start + batch_size)))
+        batch = rows[idx]
+        items = [dict(zip(batch.keys(), values)) for values in zip(*batch.values())]
+        yield collate(items, idx, epoch=0, **collate_kwargs)

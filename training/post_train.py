@@ -1,0 +1,480 @@
+"""XPT post-training with Accelerate: an English BERT/RoBERTa encoder becomes a Korean one.
+
+    accelerate launch training/post_train.py --config configs/demo.yaml --output-dir runs/demo [--max-steps N]
+    python training/post_train.py --config configs/xpt-ko-400k.yaml --dry-run      # plan only, offline
+    python training/post_train.py --config configs/demo.yaml --output-dir runs/demo --resume latest
+
+Any config field (`training/config.py`) can be overridden as `--field-name value`.
+
+The loop, top to bottom (`train`):
+1. Config, tokenizer (loaded, or trained on the train split), text splits -> token rows
+   (tokenised once, packed, cached; `training/mlm_data.py`), model via `XPTForMaskedLM.from_source`.
+2. For each phase (data, `PhaseConfig`): set the trainable parameter groups on the *unwrapped*
+   model, build a fresh AdamW over the trainable parameters only (no weight decay on biases and
+   LayerNorm weights) and its warmup schedule, and `accelerator.prepare` them. At the phase
+   boundary the prepared objects are released (`accelerator.free_memory()`), the model is
+   unwrapped, `requires_grad` changes and everything is prepared again.
+   Why: DDP records the parameters that require grad when it wraps the module and only
+   all-reduces their gradients. Unfreezing parameters of an already wrapped model makes DDP
+   either error out or, worse, leave the newly trainable parameters unsynchronised so ranks
+   silently diverge. Re-wrapping after the change avoids both (tests/test_post_train.py runs two
+   processes across the boundary and checks they match the single-process run).
+   FSDP: with FSDP1, flat parameters mix frozen and trainable tensors, so use
+   `use_orig_params=True` (or FSDP2, which shards per parameter) and re-prepare at the boundary
+   as done here; the optimiser must be rebuilt after re-wrapping because FSDP replaces the
+   parameter objects. DeepSpeed: its engine builds its optimiser from the parameters that
+   require grad at `prepare` time and leaves frozen ones out of its (ZeRO-partitioned) state,
+   so phase 2 needs a new engine: `free_memory()` destroys the old engine, and the re-prepare
+   here builds a new one with all parameters. Neither path is exercised by the tests (CPU only).
+3. Each optimiser step consumes one global batch of `global_batch_size` rows, dealt to
+   world_size x gradient_accumulation micro-batches. Each micro-batch loss is the sum of masked
+   token losses divided by the number of masked tokens in the whole global batch (all-reduced)
+   times world size, so after DDP's gradient averaging the update is exactly the global
+   token-mean gradient, whatever the number of processes or accumulation steps.
+4. Evaluation every `eval_steps` and at the end of each phase on valid (fixed seeded masks), early
+   stopping per phase on valid loss, final metrics on test; checkpoints every `save_steps`
+   (atomic, keep last K, `training/checkpointing.py`); `--resume latest` restores model,
+   optimiser, scheduler, RNG states, phase and data position (the data position is a function of
+   the global step and masks of (seed, epoch, row), so nothing else is needed).
+5. The output folder: `save_pretrained` model with its remote code, the tokenizer,
+   `training_summary.json` (DEVELOPERS.md), `losses.jsonl` (loss per step) and TensorBoard logs.
+
+Not implemented: streaming datasets (Hub data is materialised before tokenisation) and the
+optional word-order-prediction objective.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from training.config import (  # noqa: E402
+    ConfigError,
+    PostTrainConfig,
+    describe_plan,
+    flat_hparams,
+    load_config,
+    looks_like_hub_id,
+    resolve_local,
+    resolve_source,
+    source_family,
+    validate_config,
+)
+
+SUMMARY_FILE = "training_summary.json"
+LOSS_LOG = "losses.jsonl"
+
+
+# ----------------------------------------------------------------------------------------------
+# Pieces
+# ----------------------------------------------------------------------------------------------
+
+
+class WarmupSchedule:
+    """Linear warmup to 1, then linear decay to 0, cosine decay to 0, or constant (picklable)."""
+
+    def __init__(self, warmup: int, total: int, kind: str):
+        self.warmup, self.total, self.kind = warmup, total, kind
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup:
+            return (step + 1) / (self.warmup + 1)
+        if self.kind == "constant":
+            return 1.0
+        progress = (step - self.warmup) / max(1, self.total - self.warmup)
+        progress = min(1.0, progress)
+        if self.kind == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
+        return max(0.0, 1.0 - progress)
+
+
+def no_decay(name: str) -> bool:
+    return name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name
+
+
+def build_optimizer(model, phase, config: PostTrainConfig):
+    import torch
+
+    decay, plain = [], []
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            (plain if no_decay(name) else decay).append(param)
+    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": plain, "weight_decay": 0.0}]
+    optimizer = torch.optim.AdamW([g for g in groups if g["params"]], lr=phase.learning_rate,
+                                  betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_epsilon)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, WarmupSchedule(phase.warmup_steps, phase.steps, phase.schedule))
+    return optimizer, scheduler
+
+
+def detect_tokenizer_family(tokenizer) -> str | None:
+    if tokenizer.mask_token == "[MASK]" or tokenizer.cls_token == "[CLS]":
+        return "bert"
+    if tokenizer.mask_token == "<mask>" or tokenizer.bos_token == "<s>":
+        return "roberta"
+    return None
+
+
+def build_model(config: PostTrainConfig, source: str, tokenizer):
+    from modeling_xpt import XPTForMaskedLM
+
+    method = config.method
+    kwargs = dict(init=config.embedding_init, itl_init=config.itl_init)
+    if method in ("xpt", "xpt-sp"):
+        return XPTForMaskedLM.from_source(source, tokenizer, **kwargs)
+    if method == "xpt-no-itl":
+        return XPTForMaskedLM.from_source(source, tokenizer, use_itl_in=False, use_itl_out=False, **kwargs)
+    if method == "scratch":
+        return XPTForMaskedLM.from_source(source, tokenizer, scratch=True)
+    if method == "adapters":
+        return XPTForMaskedLM.from_source(source, tokenizer, use_itl_in=False, use_itl_out=False,
+                                          adapter_size=config.adapter_size, init=config.embedding_init)
+    raise ConfigError("method", f"unknown method {method!r}")
+
+
+def get_tokenizer(config: PostTrainConfig, output_dir: Path, splits, source_fam: str | None, accelerator, log):
+    """The configured tokenizer, the one trained by an earlier (resumed) run, or a new one."""
+    from transformers import AutoTokenizer
+
+    if config.tokenizer:
+        path = resolve_local(config.tokenizer)
+        return AutoTokenizer.from_pretrained(str(path) if path else config.tokenizer), config.tokenizer
+    trained = output_dir / "tokenizer"
+    if accelerator.is_main_process and not (trained / "tokenizer_config.json").is_file():
+        from tokenization.train_tokenizer import train_tokenizer
+
+        n = min(config.tokenizer_train_sentences, len(splits["train"]))
+        log(f"training a {source_fam or 'roberta'} tokenizer (vocab {config.tokenizer_vocab_size}) on {n} train sentences")
+        texts = splits["train"].select(range(n))["text"]
+        tmp = output_dir / ".tmp-tokenizer"
+        train_tokenizer(texts, config.tokenizer_vocab_size, family=source_fam or "roberta", out_dir=str(tmp),
+                        model_max_length=config.max_seq_length)
+        os.replace(tmp, trained)
+    accelerator.wait_for_everyone()
+    return AutoTokenizer.from_pretrained(str(trained)), str(trained)
+
+
+def evaluate(model, rows, *, accelerator, batch_size: int, collate_kwargs: dict) -> dict:
+    """Intrinsic metrics on `rows` with fixed masks; every process takes a share, sums are reduced."""
+    import torch
+
+    from training.intrinsic import MetricSums
+    from training.mlm_data import eval_batches
+
+    was_training = model.training
+    model.eval()
+    sums = MetricSums()
+    with torch.no_grad(), accelerator.autocast():
+        for batch in eval_batches(rows, batch_size=batch_size, rank=accelerator.process_index,
+                                  world=accelerator.num_processes, collate_kwargs=collate_kwargs):
+            batch = {k: v.to(accelerator.device) for k, v in batch.items()}
+            out = model(**batch)
+            sums.add_batch(out.logits, batch["labels"][batch["labels"].ne(-100)])
+    total = accelerator.reduce(sums.as_tensor().to(accelerator.device), reduction="sum")
+    model.train(was_training)
+    return MetricSums.from_tensor(total.cpu()).compute()
+
+
+def hardware(accelerator) -> dict:
+    import platform
+
+    import torch
+    import transformers
+
+    device = str(accelerator.device)
+    info = {"device": device, "num_processes": accelerator.num_processes,
+            "mixed_precision": accelerator.mixed_precision, "torch": torch.__version__,
+            "transformers": transformers.__version__, "cpu_count": os.cpu_count(), "platform": platform.platform()}
+    if torch.cuda.is_available() and device.startswith("cuda"):
+        info["gpu"] = torch.cuda.get_device_name(accelerator.device)
+    return info
+
+
+# ----------------------------------------------------------------------------------------------
+# Training
+# ----------------------------------------------------------------------------------------------
+
+
+def train(config: PostTrainConfig) -> dict:
+    import torch
+    from accelerate import Accelerator
+    from accelerate.utils import set_seed
+    from tqdm.auto import tqdm
+
+    from training.checkpointing import latest_checkpoint, read_state, save_checkpoint
+    from training.mlm_data import (
+        BatchSchedule,
+        Masker,
+        TrainMicroBatches,
+        build_token_rows,
+        describe_data_source,
+        load_text_splits,
+        row_stats,
+        train_loader,
+    )
+
+    started = time.time()
+    output_dir = Path(config.output_dir)
+    trackers = [t for t in config.report_to if t and t != "none"]
+    accelerator = Accelerator(mixed_precision=config.mixed_precision, log_with=trackers or None,
+                              project_dir=str(output_dir), step_scheduler_with_optimizer=False)
+    world = accelerator.num_processes
+    validate_config(config, world_size=world)  # batch divisibility for the real world size, before anything heavy
+    micro, accumulation = config.batch_layout(world)
+    phases = config.resolved_phases()
+    log = accelerator.print
+    output_dir.mkdir(parents=True, exist_ok=True)
+
+    resume_from = None
+    if config.resume == "latest":
+        resume_from = latest_checkpoint(output_dir)
+        if resume_from is None:
+            log(f"--resume latest: no checkpoint in {output_dir}/checkpoints, starting from scratch")
+    elif config.resume:
+        resume_from = Path(config.resume)
+    state = read_state(resume_from) if resume_from else {
+        "step": 0, "phase_index": 0, "phase_step": 0, "best_valid_loss": None, "bad_evals": 0,
+        "tokens_seen": 0, "wall_time_s": 0.0, "phase_records": [], "valid_history": []}
+    set_seed(config.seed)
+
+    # ---- data, tokenizer, model ---------------------------------------------------------------
+    data = config.data
+    if config.data_fallback and data != "konlpy" and resolve_local(data) is None and not looks_like_hub_id(data):
+        log(f"data {data!r} not found; using data_fallback {config.data_fallback!r}")
+        data = config.data_fallback
+    source = resolve_source(config.source)
+    source_fam = source_family(source)
+    cache_hf = str(Path(config.cache_dir) / "hf")
+    with accelerator.main_process_first():
+        splits = load_text_splits(data, text_column=config.text_column, valid_size=config.valid_size,
+                                  test_size=config.test_size, data_config=config.data_config, cache_dir=cache_hf)
+    if config.max_train_sentences:
+        splits["train"] = splits["train"].select(range(min(config.max_train_sentences, len(splits["train"]))))
+    if config.max_eval_sentences:
+        for split in ("valid", "test"):
+            if split in splits:
+                splits[split] = splits[split].select(range(min(config.max_eval_sentences, len(splits[split]))))
+    tokenizer, tokenizer_ref = get_tokenizer(config, output_dir, splits, source_fam, accelerator, log)
+    tok_fam = detect_tokenizer_family(tokenizer)
+    if source_fam and tok_fam and source_fam != tok_fam:
+        raise ConfigError("tokenizer", f"tokenizer family {tok_fam!r} does not match the source family {source_fam!r}")
+    if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
+        raise ConfigError("tokenizer", "the tokenizer needs a mask and a pad token")
+    model = build_model(config, source, tokenizer)
+    position_offset = model.config.position_offset
+    cache_key = {"data": describe_data_source(data), "data_config": config.data_config, "valid": config.valid_size,
+                 "test": config.test_size, "max_train": config.max_train_sentences,
+                 "max_eval": config.max_eval_sentences, "text_column": config.text_column}
+    with accelerator.main_process_first():
+        rows = build_token_rows(splits, tokenizer, max_seq_length=min(config.max_seq_length, model.config.max_position_embeddings - position_offset),
+                                packing=config.packing, cache_dir=config.cache_dir, cache_key=cache_key, log=log)
+    stats = {split: row_stats(ds) for split, ds in rows.items()}
+    log(f"data: {json.dumps(stats)}")
+
+    masker = Masker(tokenizer, config.mlm_probability, config.mask_replace_prob, config.random_replace_prob,
+                    config.whole_word_masking)
+    collate_kwargs = dict(masker=masker, pad_id=tokenizer.pad_token_id, position_offset=position_offset,
+                          packing=config.packing)
+    schedule = BatchSchedule(len(rows["train"]), config.global_batch_size, config.seed,
+                             lengths=None if config.packing else [len(x) for x in rows["train"]["input_ids"]])
+    micro_batches = TrainMicroBatches(rows["train"], schedule, rank=accelerator.process_index, world=world,
+                                      micro=micro, accumulation=accumulation,
+                                      collate_kwargs=dict(collate_kwargs, seed=config.seed))
+    eval_kwargs = dict(collate_kwargs, seed=config.eval_seed)
+
+    if trackers:
+        accelerator.init_trackers("tensorboard", config=flat_hparams(config))
+    loss_log = output_dir / LOSS_LOG
+    if accelerator.is_main_process:  # drop entries after the checkpoint we resume from
+        kept = []
+        if resume_from and loss_log.is_file():
+            kept = [line for line in loss_log.read_text().splitlines() if json.loads(line)["step"] <= state["step"]]
+        loss_log.write_text("".join(line + "\n" for line in kept))
+    if resume_from:
+        log(f"resuming from {resume_from} (step {state['step']}, phase {phases[state['phase_index']].name} "
+            f"step {state['phase_step']})" if state["phase_index"] < len(phases) else f"resuming from {resume_from}")
+
+    total_steps = sum(p.steps for p in phases)
+    progress = tqdm(total=total_steps, initial=state["step"], disable=not accelerator.is_local_main_process,
+                    dynamic_ncols=True, desc="post-train")
+    resuming = resume_from is not None
+    for phase_index in range(state["phase_index"], len(phases)):
+        phase = phases[phase_index]
+        if not resuming or state["phase_index"] != phase_index:
+            state.update(phase_index=phase_index, phase_step=0, best_valid_loss=None, bad_evals=0)
+        # -- phase boundary: change requires_grad on the unwrapped model, new optimiser, prepare again --
+        model.set_trainable_groups(phase.groups())
+        model.train()
+        optimizer, scheduler = build_optimizer(model, phase, config)
+        wrapped, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+        if resuming:
+            accelerator.load_state(str(resume_from))
+            resuming = False
+        stopped_early = False
+        loader = iter(train_loader(micro_batches, state["step"], state["step"] + phase.steps - state["phase_step"],
+                                   num_workers=config.num_workers))
+        tick, tick_tokens = time.time(), 0
+        while state["phase_step"] < phase.steps:
+            batches = [next(loader) for _ in range(accumulation)]
+            counts = torch.tensor([sum(int(b["labels"].ne(-100).sum()) for b in batches),
+                                   sum(int(b["input_ids"].ne(tokenizer.pad_token_id).sum()) for b in batches)],
+                                  device=accelerator.device, dtype=torch.float64)
+            global_masked, global_tokens = accelerator.reduce(counts, reduction="sum").tolist()
+            loss_sum = torch.zeros((), device=accelerator.device, dtype=torch.float64)
+            for a, batch in enumerate(batches):
+                batch = {k: v.to(accelerator.device) for k, v in batch.items() if k != "step"}
+                n_local = int(batch["labels"].ne(-100).sum())
+                sync = a == accumulation - 1
+                with (accelerator.no_sync(wrapped) if not sync and world > 1 else _nullcontext()):
+                    out = wrapped(**batch)
+                    loss = out.loss * (n_local * world / max(1.0, global_masked))
+                    accelerator.backward(loss)
+                loss_sum += out.loss.detach().double() * n_local
+            if config.max_grad_norm and config.max_grad_norm > 0:
+                accelerator.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], config.max_grad_norm)
+            optimizer.step()
+            lr = scheduler.get_last_lr()[0]
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            step_loss = accelerator.reduce(loss_sum, reduction="sum").item() / max(1.0, global_masked)
+            state["step"] += 1
+            state["phase_step"] += 1
+            state["tokens_seen"] += int(global_tokens)
+            tick_tokens += global_tokens
+            step = state["step"]
+            if accelerator.is_main_process:
+                with open(loss_log, "a") as handle:
+                    handle.write(json.dumps({"step": step, "phase": phase.name, "loss": step_loss, "lr": lr}) + "\n")
+            progress.update(1)
+            if step % config.logging_steps == 0 or state["phase_step"] == phase.steps:
+                elapsed = max(1e-9, time.time() - tick)
+                tokens_per_s = tick_tokens / elapsed
+                progress.set_postfix(phase=phase.name, loss=f"{step_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:,.0f}")
+                accelerator.log({"train/loss": step_loss, "train/lr": lr, "train/tokens_per_s": tokens_per_s,
+                                 "train/phase": phase_index, "train/tokens_seen": state["tokens_seen"]}, step=step)
+                tick, tick_tokens = time.time(), 0
+            if step % config.eval_steps == 0 and state["phase_step"] < phase.steps:
+                metrics = evaluate(model, rows["valid"], accelerator=accelerator, batch_size=micro,
+                                   collate_kwargs=eval_kwargs)
+                state["valid_history"].append({"step": step, "phase": phase.name, **metrics})
+                accelerator.log({f"valid/{k}": v for k, v in metrics.items()}, step=step)
+                log(f"\nstep {step} ({phase.name}) valid: loss {metrics['loss']:.4f} ppl {metrics['perplexity']:.2f} "
+                    f"hits@1 {metrics['hits@1']:.4f} mrr {metrics['mrr']:.4f}")
+                if phase.early_stopping_patience:
+                    best = state["best_valid_loss"]
+                    if best is None or metrics["loss"] < best:
+                        state["best_valid_loss"], state["bad_evals"] = metrics["loss"], 0
+                    else:
+                        state["bad_evals"] += 1
+                    if state["bad_evals"] >= phase.early_stopping_patience:
+                        log(f"{phase.name}: valid loss has not improved for {state['bad_evals']} evaluations; stopping the phase")
+                        stopped_early = True
+            if step % config.save_steps == 0 and state["phase_step"] < phase.steps and not stopped_early:
+                state["wall_time_s"] += time.time() - started
+                started = time.time()
+                save_checkpoint(accelerator, output_dir, step, state, config.save_total_limit)
+            if config.stop_after_steps is not None and step >= config.stop_after_steps:
+                accelerator.wait_for_everyone()
+                progress.close()
+                sys.stdout.flush(), sys.stderr.flush()
+                os._exit(17)  # as if killed: no summary, no final save
+            if stopped_early:
+                break
+        # -- end of phase: record, evaluate, release the prepared objects -------------------------
+        metrics = evaluate(model, rows["valid"], accelerator=accelerator, batch_size=micro, collate_kwargs=eval_kwargs)
+        state["valid_history"].append({"step": state["step"], "phase": phase.name, "phase_end": True, **metrics})
+        accelerator.log({f"valid/{k}": v for k, v in metrics.items()}, step=state["step"])
+        log(f"\nend of {phase.name} at step {state['step']}: valid loss {metrics['loss']:.4f} ppl {metrics['perplexity']:.2f}")
+        state["phase_records"].append({
+            "name": phase.name, "steps": state["phase_step"], "planned_steps": phase.steps,
+            "trainable_groups": model.trainable_groups(), "learning_rate": phase.learning_rate,
+            "warmup_steps": phase.warmup_steps, "schedule": phase.schedule, "stopped_early": stopped_early,
+            "end_step": state["step"], "valid_loss": metrics["loss"],
+            "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad)})
+        state["phase_index"] = phase_index + 1
+        state["phase_step"] = 0
+        model = accelerator.unwrap_model(wrapped)
+        del wrapped, optimizer, scheduler
+        accelerator.free_memory()
+    progress.close()
+
+    # ---- final evaluation and output folder ---------------------------------------------------
+    model.eval()
+    valid_metrics = evaluate(model, rows["valid"], accelerator=accelerator, batch_size=micro, collate_kwargs=eval_kwargs)
+    final_split = "test" if "test" in rows and len(rows["test"]) else "valid"
+    final_metrics = valid_metrics if final_split == "valid" else evaluate(
+        model, rows["test"], accelerator=accelerator, batch_size=micro, collate_kwargs=eval_kwargs)
+    state["wall_time_s"] += time.time() - started
+    summary = {
+        "method": config.method,
+        "source_model": config.source if not config.source.startswith("package:") else f"{config.source} ({source})",
+        "tokenizer": tokenizer_ref,
+        "data": {"spec": data, "train": f"{data}:train", "valid": f"{data}:valid", "test": f"{data}:test",
+                 "train_sentences": stats["train"]["sentences"], "train_rows": stats["train"]["rows"],
+                 "train_tokens": stats["train"]["tokens"], "valid_sentences": stats["valid"]["sentences"],
+                 "test_sentences": stats.get("test", {}).get("sentences", 0)},
+        "phases": state["phase_records"],
+        "total_steps": state["step"],
+        "tokens_seen": state["tokens_seen"],
+        "wall_time_s": round(state["wall_time_s"], 2),
+        "tokens_per_s": round(state["tokens_seen"] / max(1e-9, state["wall_time_s"]), 1),
+        "hardware": hardware(accelerator),
+        "batch": {"global_batch_size": config.global_batch_size, "per_device_batch_size": micro,
+                  "gradient_accumulation_steps": accumulation, "max_seq_length": config.max_seq_length,
+                  "packing": config.packing},
+        "valid_metrics": valid_metrics,
+        "final_metrics": final_metrics,
+        "final_metrics_split": final_split,
+        "valid_history": state["valid_history"],
+        "resumed": resume_from is not None,
+        "config": config.to_dict(),
+    }
+    if accelerator.is_main_process:
+        model.save_pretrained(str(output_dir))
+        tokenizer.save_pretrained(str(output_dir))
+        (output_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
+        log(f"saved model, tokenizer and {SUMMARY_FILE} to {output_dir}")
+        log("final ({}): {}".format(final_split, ", ".join(f"{k} {v:.4g}" for k, v in final_metrics.items())))
+    accelerator.wait_for_everyone()
+    if trackers:
+        accelerator.end_training()
+    return summary
+
+
+class _nullcontext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def world_size_from_env() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        config = load_config(argv)
+        if config.dry_run:
+            world = world_size_from_env()
+            validate_config(config, world_size=world)
+            if int(os.environ.get("RANK", "0")) == 0:
+                print(describe_plan(config, world))
+                print("dry run: configuration valid; nothing downloaded, nothing trained")
+            return 0
+        train(config)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
