@@ -1,0 +1,225 @@
+"""Train a Korean tokenizer with the ``tokenizers`` library and save it as a standard fast tokenizer.
+
+    python -m tokenization.train_tokenizer --corpus DIR_OR_FILE --vocab-size 50000 --family roberta --out DIR
+
+Design
+------
+* Model: Unigram (default) or BPE; pre-tokeniser and decoder: ``Metaspace`` ("▁", SentencePiece
+  style, ``prepend_scheme="first"``), so Korean words keep their word-initial marker and decoding
+  restores the spaces exactly.
+* Normaliser: NFKC (default), NFC or none, then whitespace runs collapsed to one space and the
+  text stripped (like SentencePiece); ``decode(encode(x)) == normalize(x)``.
+* Special tokens and post-processor of the source family:
+
+  - ``roberta``: ``<s>`` 0, ``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3, ``<mask>`` 4; single
+    ``<s> A </s>``, pair ``<s> A </s></s> B </s>``, no token types (as RobertaTokenizer).
+  - ``bert``: ``[PAD]`` 0, ``[UNK]`` 1, ``[CLS]`` 2, ``[SEP]`` 3, ``[MASK]`` 4; single
+    ``[CLS] A [SEP]``, pair ``[CLS] A [SEP] B [SEP]`` with token types 0/1 (as BertTokenizer).
+
+  The mask token is an ``AddedToken`` with ``lstrip=True`` (RoBERTa's own setting), also for the
+  BERT family: with Metaspace, a space left in front of the mask would become a stray ``▁``
+  piece (BERT's whitespace pre-tokeniser drops it; Metaspace does not).
+* Saved with ``PreTrainedTokenizerFast.save_pretrained``: ``tokenizer.json`` +
+  ``tokenizer_config.json``. transformers v5 labels this ``TokenizersBackend`` and
+  ``AutoTokenizer.from_pretrained(dir)`` loads exactly this ``tokenizer.json`` (Unigram/Metaspace)
+  with no custom code. Relabelling it as ``RobertaTokenizer``/``BertTokenizer`` would make v5
+  rebuild a byte-level BPE / WordPiece from the vocabulary and Korean would collapse, so the
+  label is left alone (the tests check the loaded class and the token counts).
+* Training streams the texts through ``train_from_iterator``; only the trainer's word counts
+  are held in memory, never the corpus.
+
+Tiny data: when ``vocab_size`` is more than the text supports, the ``tokenizers`` trainers stop
+early, so :func:`train_tokenizer` returns a tokenizer with a *smaller* vocabulary (logged as a
+warning; check ``len(tok)``). The CLI refuses that case with exit code 2. A ``vocab_size`` smaller
+than the number of distinct characters (+ special tokens) raises ``InputError`` (a
+``ValueError``-like user error).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import PreTrainedTokenizerFast
+
+from .corpus_io import Utf8Counter, iter_corpus
+from .errors import InputError, run_cli
+
+logger = logging.getLogger(__name__)
+
+FAMILIES = {
+    # name: (ordered special tokens -> ids 0..4, attribute names for transformers)
+    "roberta": {
+        "order": ["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+        "attrs": dict(bos_token="<s>", cls_token="<s>", pad_token="<pad>", eos_token="</s>",
+                      sep_token="</s>", unk_token="<unk>", mask_token="<mask>"),
+        "single": "<s> $A:0 </s>:0",
+        "pair": "<s>:0 $A:0 </s>:0 </s>:0 $B:0 </s>:0",
+        "template_tokens": ["<s>", "</s>"],
+        "model_input_names": ["input_ids", "attention_mask"],
+    },
+    "bert": {
+        "order": ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+        "attrs": dict(cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]", unk_token="[UNK]",
+                      mask_token="[MASK]"),
+        "single": "[CLS]:0 $A:0 [SEP]:0",
+        "pair": "[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+        "template_tokens": ["[CLS]", "[SEP]"],
+        "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],
+    },
+}
+MODELS = ("unigram", "bpe")
+NORMALIZERS = ("nfkc", "nfc", "none")
+
+
+def build_normalizer(name: str) -> normalizers.Normalizer:
+    if name not in NORMALIZERS:
+        raise InputError(f"normalizer {name!r} unknown: choose one of {', '.join(NORMALIZERS)}")
+    steps = {"nfkc": [normalizers.NFKC()], "nfc": [normalizers.NFC()], "none": []}[name]
+    # SentencePiece-style whitespace handling: any whitespace run -> one space, no edge spaces.
+    steps += [normalizers.Replace(Regex(r"\s+"), " "), normalizers.Strip()]
+    return normalizers.Sequence(steps)
+
+
+def _special(token: str, mask: bool) -> AddedToken:
+    return AddedToken(token, lstrip=mask, rstrip=False, single_word=False, normalized=False, special=True)
+
+
+def _empty_tokenizer(model: str, normalizer: str, unk: str) -> Tokenizer:
+    if model == "unigram":
+        tok = Tokenizer(models.Unigram())
+    elif model == "bpe":
+        tok = Tokenizer(models.BPE(unk_token=unk))
+    else:
+        raise InputError(f"model {model!r} unknown: choose one of {', '.join(MODELS)}")
+    tok.normalizer = build_normalizer(normalizer)
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=True)
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first", split=True)
+    return tok
+
+
+def _non_empty(texts: Iterable[str], seen: list[int]) -> Iterator[str]:
+    for t in texts:
+        if t and not t.isspace():
+            seen[0] += 1
+            yield t
+
+
+def train_tokenizer(
+    texts: Iterable[str],
+    vocab_size: int,
+    family: str = "roberta",
+    out_dir: str | Path | None = None,
+    model: str = "unigram",
+    normalizer: str = "nfkc",
+    model_max_length: int = 512,
+) -> PreTrainedTokenizerFast:
+    """Train a tokenizer on ``texts`` (streamed once) and return it as a transformers fast tokenizer.
+
+    Special tokens get ids 0-4 in the family's order (see the module docstring). When ``out_dir``
+    is given the tokenizer is saved there (``AutoTokenizer.from_pretrained(out_dir)`` loads it).
+    If the text supports fewer than ``vocab_size`` pieces the returned vocabulary is smaller
+    (a warning is logged). Raises :class:`InputError` for no text at all, an unknown family,
+    model or normaliser, or a ``vocab_size`` below the number of distinct characters.
+    """
+    if family not in FAMILIES:
+        raise InputError(f"family {family!r} unknown: choose one of {', '.join(FAMILIES)}")
+    if vocab_size <= len(FAMILIES[family]["order"]):
+        raise InputError(f"vocab size {vocab_size} is too small: it must exceed the "
+                         f"{len(FAMILIES[family]['order'])} special tokens")
+    fam = FAMILIES[family]
+    order = fam["order"]
+    unk, mask = fam["attrs"]["unk_token"], fam["attrs"]["mask_token"]
+    tok = _empty_tokenizer(model, normalizer, unk)
+    specials = [_special(t, t == mask) for t in order]
+    if model == "unigram":
+        trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials, unk_token=unk,
+                                          show_progress=False)
+    else:
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False)
+    seen = [0]
+    try:
+        tok.train_from_iterator(_non_empty(texts, seen), trainer=trainer)
+    except Exception as e:  # the Rust trainer raises a bare Exception
+        if "not large enough to contain all chars" in str(e):
+            raise InputError(f"vocab size {vocab_size} is smaller than the number of distinct characters in "
+                             f"the corpus plus {len(order)} special tokens; raise --vocab-size") from None
+        raise
+    if seen[0] == 0:
+        raise InputError("no text to train on: the corpus is empty (check the input or the split)")
+    vocab = tok.get_vocab()
+    for i, t in enumerate(order):  # the trainers put special tokens first, in order
+        if vocab.get(t) != i:
+            raise RuntimeError(f"special token {t!r} got id {vocab.get(t)}, expected {i}")
+    if tok.get_vocab_size() < vocab_size:
+        logger.warning("the text supports only %d pieces; vocabulary is %d, not the requested %d",
+                       tok.get_vocab_size(), tok.get_vocab_size(), vocab_size)
+    tok.post_processor = processors.TemplateProcessing(
+        single=fam["single"], pair=fam["pair"],
+        special_tokens=[(t, vocab[t]) for t in fam["template_tokens"]])
+    attrs = {k: (_special(v, k == "mask_token")) for k, v in fam["attrs"].items()}
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=model_max_length,
+                                   model_input_names=fam["model_input_names"], padding_side="right",
+                                   clean_up_tokenization_spaces=False, **attrs)
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        fast.save_pretrained(str(out))
+    return fast
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tokenization.train_tokenizer", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--corpus", required=True,
+                   help="prepared corpus folder (its train split is used) or a .txt/.jsonl[.gz] file or folder")
+    p.add_argument("--vocab-size", type=int, default=50000, help="vocabulary size incl. special tokens (default 50000)")
+    p.add_argument("--family", choices=sorted(FAMILIES), default="roberta", help="special tokens/post-processor of the source model")
+    p.add_argument("--out", required=True, help="output folder (AutoTokenizer.from_pretrained loads it)")
+    p.add_argument("--model", choices=MODELS, default="unigram")
+    p.add_argument("--normalizer", choices=NORMALIZERS, default="nfkc")
+    p.add_argument("--model-max-length", type=int, default=512)
+    p.add_argument("--split", default="train", help="split of a prepared corpus to train on (default train)")
+    p.add_argument("--max-texts", type=int, default=0, help="train on the first N texts only (0 = all)")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    bad = Utf8Counter()
+    texts: Iterable[str] = iter_corpus(args.corpus, args.split, bad)
+    if args.max_texts > 0:
+        import itertools
+        texts = itertools.islice(texts, args.max_texts)
+    counted = [0, 0]
+
+    def counting(it: Iterable[str]) -> Iterator[str]:
+        for t in it:
+            counted[0] += 1
+            counted[1] += len(t)
+            yield t
+
+    t0 = time.perf_counter()
+    tok = train_tokenizer(counting(texts), args.vocab_size, family=args.family, out_dir=None, model=args.model,
+                          normalizer=args.normalizer, model_max_length=args.model_max_length)
+    dt = time.perf_counter() - t0
+    bad.warn()
+    if len(tok) < args.vocab_size:
+        raise InputError(f"{args.corpus}: the text supports only {len(tok)} tokens, fewer than --vocab-size "
+                         f"{args.vocab_size}; lower --vocab-size to at most {len(tok)} or add more text")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save_pretrained(str(out))
+    info = {"corpus": str(args.corpus), "split": args.split, "texts": counted[0], "characters": counted[1],
+            "skipped_invalid_utf8_lines": bad.lines, "vocab_size": len(tok), "family": args.family,
+            "model": args.model, "normalizer": args.normalizer, "model_max_length": args.model_max_length,
+            "train_seconds": round(dt, 2)}
+    (out / "training_info.json").write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"trained {args.model} tokenizer, vocab {len(tok)}, on {counted[0]:,} texts in {dt:.1f}s -> {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_cli(main))
