@@ -304,7 +304,7 @@ def load_config(argv: list[str] | None = None) -> PostTrainConfig:
             continue
         raw[name] = value if name == "dry_run" else _parse_cli_value(name, value)
     config = config_from_dict(raw)
-    validate_config(config)
+    validate_config(config, check_data=not config.dry_run)
     return config
 
 
@@ -342,7 +342,7 @@ def resolve_local(path: str) -> Path | None:
     return None
 
 
-def validate_config(c: PostTrainConfig, world_size: int | None = None) -> None:
+def validate_config(c: PostTrainConfig, world_size: int | None = None, check_data: bool = True) -> None:
     if c.method not in METHODS:
         raise ConfigError("method", f"{c.method!r} is not one of {METHODS}")
     if c.embedding_init not in ("random", "overlap"):
@@ -378,8 +378,7 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None) -> None:
         _validate_phase(i, phase)
     if not c.data:
         raise ConfigError("data", "no training data given")
-    if (c.data != "konlpy" and resolve_local(c.data) is None and not looks_like_hub_id(c.data)
-            and not c.data_fallback):
+    if check_data and missing_data(c):
         raise ConfigError("data", f"{c.data!r} is neither an existing path, 'konlpy', nor a Hub dataset id")
     if c.resume not in (None, "latest") and not Path(c.resume).is_dir():
         raise ConfigError("resume", f"{c.resume!r} is neither 'latest' nor a checkpoint folder")
@@ -388,6 +387,12 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None) -> None:
     else:
         c.batch_layout(1)
     _validate_paths(c)
+
+
+def missing_data(c: PostTrainConfig) -> bool:
+    """`data` is a local path that does not exist (and there is no fallback)."""
+    return (c.data != "konlpy" and resolve_local(c.data) is None and not looks_like_hub_id(c.data)
+            and not c.data_fallback)
 
 
 def _validate_phase(i: int, phase: PhaseConfig) -> None:

@@ -62,6 +62,7 @@ from training.config import (  # noqa: E402
     flat_hparams,
     load_config,
     looks_like_hub_id,
+    missing_data,
     resolve_local,
     resolve_source,
     source_family,
@@ -223,8 +224,15 @@ def train(config: PostTrainConfig) -> dict:
     output_dir = Path(config.output_dir)
     trackers = [t for t in config.report_to if t and t != "none"]
     accelerator = Accelerator(mixed_precision=config.mixed_precision, log_with=trackers or None,
-                              project_dir=str(output_dir), step_scheduler_with_optimizer=False)
+                              project_dir=str(output_dir), step_scheduler_with_optimizer=False,
+                              cpu=launched_multi_cpu())
     world = accelerator.num_processes
+    if int(os.environ.get("WORLD_SIZE", "1")) != world:
+        raise RuntimeError(f"launched as {os.environ['WORLD_SIZE']} processes but Accelerate runs {world}")
+    if world == 1 and os.environ.get("ACCELERATE_USE_CPU", "").lower() == "true" and "MASTER_ADDR" in os.environ:
+        accelerator.print("note: `accelerate launch --cpu --num_processes N` starts ONE process unless mpirun is "
+                          "configured (accelerate issue #2741); for N CPU processes use "
+                          "`accelerate launch --multi_gpu --num_processes N` (DDP over gloo) or torchrun")
     validate_config(config, world_size=world)  # batch divisibility for the real world size, before anything heavy
     micro, accumulation = config.batch_layout(world)
     phases = config.resolved_phases()
@@ -411,6 +419,11 @@ def train(config: PostTrainConfig) -> dict:
     final_metrics = valid_metrics if final_split == "valid" else evaluate(
         model, rows["test"], accelerator=accelerator, batch_size=micro, collate_kwargs=eval_kwargs)
     state["wall_time_s"] += time.time() - started
+    info = hardware(accelerator)
+    if world > 1:  # every rank must hold the same weights (the DDP phase-boundary trap would break this)
+        checksum = torch.stack([p.detach().double().sum() for p in model.parameters()]).to(accelerator.device)
+        gathered = accelerator.gather(checksum[None]).cpu()
+        info["ranks_in_sync"] = bool((gathered == gathered[0]).all())
     summary = {
         "method": config.method,
         "source_model": config.source if not config.source.startswith("package:") else f"{config.source} ({source})",
@@ -424,7 +437,7 @@ def train(config: PostTrainConfig) -> dict:
         "tokens_seen": state["tokens_seen"],
         "wall_time_s": round(state["wall_time_s"], 2),
         "tokens_per_s": round(state["tokens_seen"] / max(1e-9, state["wall_time_s"]), 1),
-        "hardware": hardware(accelerator),
+        "hardware": info,
         "batch": {"global_batch_size": config.global_batch_size, "per_device_batch_size": micro,
                   "gradient_accumulation_steps": accumulation, "max_seq_length": config.max_seq_length,
                   "packing": config.packing},
@@ -455,6 +468,15 @@ class _nullcontext:
         return False
 
 
+def launched_multi_cpu() -> bool:
+    """True for several processes started by torchrun / `accelerate launch --multi_gpu` on a machine
+    without CUDA: Accelerate then needs `cpu=True` to set up DDP over gloo (else every process would
+    silently train alone)."""
+    import torch
+
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
+
+
 def world_size_from_env() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
@@ -464,9 +486,12 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(argv)
         if config.dry_run:
             world = world_size_from_env()
-            validate_config(config, world_size=world)
+            validate_config(config, world_size=world, check_data=False)
             if int(os.environ.get("RANK", "0")) == 0:
                 print(describe_plan(config, world))
+                if missing_data(config):
+                    print(f"note: data {config.data!r} is not on this machine; training needs it (prepare it with "
+                          "`python -m tokenization.prepare_corpus --input ... --out ...`)")
                 print("dry run: configuration valid; nothing downloaded, nothing trained")
             return 0
         train(config)

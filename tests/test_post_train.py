@@ -1,0 +1,467 @@
+"""Post-training (training/post_train.py): phases, methods, exact resume, multi-process, metrics, configs.
+
+Tiny real models (stock BERT/RoBERTa, hidden 32, 2 layers, random weights) and word-level Korean
+tokenizers from tests/model_factories.py; the corpus is random word sequences over the
+hand-written Korean sentences' vocabulary. Everything runs on the CPU in seconds per run.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import KOREAN_SENTENCES, REPO_ROOT
+from tests.model_factories import tiny_source, word_tokenizer
+from training import post_train
+from training.checkpointing import latest_checkpoint, list_checkpoints, save_checkpoint
+from training.config import ConfigError, config_from_dict, load_config, validate_config
+from training.intrinsic import MetricSums, masked_lm_metrics
+from training.mlm_data import BatchSchedule, Masker, collate, load_text_splits, row_rng
+
+PYTHON = sys.executable
+WORDS = sorted({w for s in KOREAN_SENTENCES for w in s.split()})
+REUSED_GROUPS = ("reused_encoder", "reused_embeddings", "lm_head_transform")
+PHASE1 = ("target_embeddings", "itl", "lm_head_bias")
+
+
+def _reset_accelerate():
+    from accelerate.state import AcceleratorState, GradientState, PartialState
+
+    AcceleratorState._reset_state(True)
+    PartialState._reset_state()
+    GradientState._reset_state()
+
+
+@pytest.fixture(autouse=True)
+def fresh_accelerate_state():
+    yield
+    _reset_accelerate()
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    """{family: (source dir, tokenizer dir)}, a corpus folder and a shared token cache."""
+    root = tmp_path_factory.mktemp("tiny")
+    out = {}
+    for family in ("bert", "roberta"):
+        tok = word_tokenizer(family, WORDS)
+        tiny_source(family, tok, root / f"{family}-source")
+        tok.save_pretrained(root / f"{family}-tok")
+        out[family] = (root / f"{family}-source", root / f"{family}-tok")
+    rnd = random.Random(0)
+    corpus = root / "corpus"
+    corpus.mkdir()
+    lines = [" ".join(rnd.sample(WORDS, rnd.randint(3, 9))) for _ in range(400)]
+    (corpus / "part-0.txt").write_text("\n".join(lines[:200]) + "\n", encoding="utf-8")
+    (corpus / "part-1.txt").write_text("\n".join(lines[200:]) + "\n", encoding="utf-8")
+    out["corpus"] = corpus
+    out["cache"] = root / "cache"
+    return out
+
+
+def run_args(tiny, out_dir, family="bert", **overrides) -> list[str]:
+    source, tok = tiny[family]
+    fields = dict(source=source, tokenizer=tok, data=tiny["corpus"], cache_dir=tiny["cache"], valid_size=40,
+                  test_size=40, max_seq_length=32, global_batch_size=8, train_steps=8, phase1_steps=4,
+                  warmup_steps=1, learning_rate=3e-3, eval_steps=3, save_steps=2, save_total_limit=10,
+                  logging_steps=1, report_to="none", output_dir=out_dir)
+    fields.update(overrides)
+    argv = []
+    for key, value in fields.items():
+        argv += ["--" + key.replace("_", "-"), str(value)]
+    return argv
+
+
+def run_inprocess(argv) -> dict:
+    assert post_train.main(argv) == 0
+    out = Path(argv[argv.index("--output-dir") + 1])
+    return json.loads((out / "training_summary.json").read_text())
+
+
+def run_subprocess(args, launcher=(PYTHON,), check=True, timeout=600):
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    proc = subprocess.run([*launcher, str(REPO_ROOT / "training" / "post_train.py"), *args], cwd=REPO_ROOT,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def losses(out_dir) -> list[dict]:
+    return [json.loads(line) for line in (Path(out_dir) / "losses.jsonl").read_text().splitlines()]
+
+
+def checkpoint_weights(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
+
+
+def source_weights(source_dir) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(Path(source_dir) / "model.safetensors"))
+
+
+def reused_pairs(names, family):
+    """(XPT name, source name) of the reused tensors (encoder, P/S embeddings + LN, MLM transform)."""
+    from modeling_xpt import XPTForMaskedLM
+    from modeling_xpt.modeling_xpt import stock_parameter_name
+
+    return [(n, stock_parameter_name(n, family)) for n in names
+            if XPTForMaskedLM.parameter_group_of(n) in REUSED_GROUPS]
+
+
+# ----------------------------------------------------------------------------------------------
+# Intrinsic metrics
+# ----------------------------------------------------------------------------------------------
+
+
+def test_intrinsic_metrics_equal_hand_computed_values():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, 5.0],   # gold 0: larger logits {5.0}      -> rank 2
+                           [0.0, 3.0, 1.0, 2.0, -2.0],   # gold 1: largest                 -> rank 1
+                           [4.0, 3.0, 2.0, 1.0, 0.0]])   # gold 4: all four larger         -> rank 5
+    labels = torch.tensor([0, 1, 4])
+    m = masked_lm_metrics(logits, labels)
+    ce = [math.log(sum(math.exp(v) for v in row)) - row[g] for row, g in zip(logits.tolist(), [0, 1, 4])]
+    loss = sum(ce) / 3
+    assert m["loss"] == pytest.approx(loss, rel=1e-6)
+    assert m["perplexity"] == pytest.approx(math.exp(loss), rel=1e-6)
+    assert m["hits@1"] == pytest.approx(1 / 3)
+    assert m["hits@3"] == pytest.approx(2 / 3)
+    assert m["hits@5"] == pytest.approx(1.0)
+    assert m["hits@10"] == pytest.approx(1.0)
+    assert m["mrr"] == pytest.approx((1 / 2 + 1 + 1 / 5) / 3)
+    assert m["mean_rank"] == pytest.approx((2 + 1 + 5) / 3)
+
+
+def test_intrinsic_metrics_from_full_labels_and_across_batches():
+    torch.manual_seed(0)
+    labels = torch.full((2, 6), -100)
+    labels[0, 1], labels[0, 4], labels[1, 2] = 3, 7, 1
+    dense = torch.randn(2, 6, 12)
+    sparse = dense[labels.ne(-100)]
+    a = masked_lm_metrics(dense, labels)
+    b = masked_lm_metrics(sparse, labels)
+    assert a == pytest.approx(b)
+    sums = MetricSums()  # split into two batches: same numbers
+    sums.add_batch(sparse[:1], labels[labels.ne(-100)][:1])
+    sums.add_batch(sparse[1:], labels[labels.ne(-100)][1:])
+    assert sums.compute() == pytest.approx(a)
+
+
+def test_ties_count_in_favour_of_gold():
+    m = masked_lm_metrics(torch.zeros(1, 4), torch.tensor([2]))
+    assert m["mean_rank"] == 1 and m["hits@1"] == 1
+
+
+# ----------------------------------------------------------------------------------------------
+# Masking, packing, schedule
+# ----------------------------------------------------------------------------------------------
+
+
+def test_masking_is_a_function_of_seed_epoch_row_and_follows_80_10_10():
+    tok = word_tokenizer("bert", WORDS)
+    masker = Masker(tok)
+    ids = np.array([tok.cls_token_id] + [5 + (i % 20) for i in range(4000)] + [tok.sep_token_id])
+    starts = np.ones_like(ids)
+    a = masker.mask_row(ids, starts, row_rng(1, 0, 7))
+    b = masker.mask_row(ids, starts, row_rng(1, 0, 7))
+    c = masker.mask_row(ids, starts, row_rng(1, 1, 7))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert not np.array_equal(a[1], c[1])
+    out, labels = a
+    selected = labels != -100
+    assert selected.sum() == round(0.15 * 4000)
+    assert labels[0] == -100 and labels[-1] == -100  # specials never selected
+    share_mask = (out[selected] == tok.mask_token_id).mean()
+    share_same = (out[selected] == ids[selected]).mean()
+    assert 0.75 < share_mask < 0.85 and 0.06 < share_same < 0.14
+    assert (out[~selected] == ids[~selected]).all()
+
+
+def test_whole_word_masking_masks_complete_words():
+    tok = word_tokenizer("bert", WORDS)
+    masker = Masker(tok, whole_word=True)
+    ids = np.array([tok.cls_token_id] + list(range(5, 65)) + [tok.sep_token_id])
+    starts = np.array([1] + [1 if i % 3 == 0 else 0 for i in range(60)] + [1])  # words of 3 tokens
+    _, labels = masker.mask_row(ids, starts, row_rng(0, 0, 0))
+    selected = (labels[1:-1] != -100).reshape(20, 3)
+    assert selected.any()
+    assert (selected.all(axis=1) | ~selected.any(axis=1)).all()
+
+
+def test_packed_collate_has_block_mask_and_restarting_positions():
+    tok = word_tokenizer("roberta", WORDS)
+    rows = [{"input_ids": [0, 10, 11, 2, 0, 12, 2], "word_start": [1] * 7, "seg_lengths": [4, 3]},
+            {"input_ids": [0, 13, 2], "word_start": [1] * 3, "seg_lengths": [3]}]
+    batch = collate(rows, [0, 1], masker=Masker(tok), seed=0, epoch=0, pad_id=tok.pad_token_id,
+                    position_offset=2, packing=True)
+    assert batch["position_ids"].tolist() == [[2, 3, 4, 5, 2, 3, 4], [2, 3, 4, 1, 1, 1, 1]]
+    mask = batch["attention_mask"]
+    assert mask.shape == (2, 7, 7)
+    assert mask[0, 1, 3] and not mask[0, 1, 4] and mask[0, 5, 4]
+    assert not mask[1, 0, 3] and not mask[1, 4].any()
+
+
+def test_batch_schedule_is_a_function_of_the_step():
+    s1, s2 = BatchSchedule(100, 8, seed=3), BatchSchedule(100, 8, seed=3)
+    assert s1.steps_per_epoch == 12
+    for step in (0, 5, 11, 12, 30):
+        e1, r1 = s1.global_batch_rows(step)
+        e2, r2 = s2.global_batch_rows(step)
+        assert e1 == e2 == step // 12 and np.array_equal(r1, r2)
+    epoch0 = np.concatenate([s1.global_batch_rows(i)[1] for i in range(12)])
+    assert len(set(epoch0.tolist())) == 96  # no row twice within an epoch
+    grouped = BatchSchedule(100, 8, seed=3, lengths=[i % 17 for i in range(100)])
+    _, rows = grouped.global_batch_rows(0)
+    assert len(rows) == 8
+
+
+def test_prepared_splits_folder_is_used_as_is(tmp_path):
+    for split, n in (("train", 30), ("valid", 5), ("test", 4)):
+        (tmp_path / split).mkdir()
+        (tmp_path / split / "shard-0.txt").write_text("\n".join(f"{split} 문장 {i}" for i in range(n)) + "\n")
+    splits = load_text_splits(str(tmp_path), cache_dir=str(tmp_path / ".hf"))
+    assert {k: len(v) for k, v in splits.items()} == {"train": 30, "valid": 5, "test": 4}
+    assert splits["valid"][0]["text"].startswith("valid")
+
+
+# ----------------------------------------------------------------------------------------------
+# Config validation: fails before training, naming the field
+# ----------------------------------------------------------------------------------------------
+
+
+def test_config_groups_match_the_model_package():
+    import modeling_xpt
+    from training import config
+
+    assert config.PARAMETER_GROUPS == modeling_xpt.PARAMETER_GROUPS
+    assert config.PHASE1_GROUPS == modeling_xpt.PHASE1_GROUPS
+
+
+@pytest.mark.parametrize("overrides, field", [
+    ({"phases": '[{"name": "p", "trainable_groups": ["itl", "decoder_bias"], "steps": 3}]'},
+     "phases[0].trainable_groups"),
+    ({"phases": '[{"name": "p", "steps": 0}]'}, "phases[0].steps"),
+    ({"train_steps": 0}, "train_steps"),
+    ({"phase1_steps": 0}, "phase1_steps"),
+    ({"global_batch_size": 6, "gradient_accumulation_steps": 4}, "global_batch_size"),
+    ({"tokenizer": "/nonexistent/korean-tokenizer"}, "tokenizer"),
+    ({"source": "/nonexistent/english-model"}, "source"),
+    ({"method": "xpt-plus"}, "method"),
+    ({"learning_rate": "fast"}, "learning_rate"),
+    ({"no_such_field": 1}, "no_such_field"),
+])
+def test_bad_config_fails_before_training_naming_the_field(tiny, tmp_path, capsys, overrides, field):
+    argv = run_args(tiny, tmp_path / "out", **overrides)
+    if "no_such_field" in overrides:  # unknown keys come from YAML files
+        (tmp_path / "c.yaml").write_text("no_such_field: 1\n")
+        argv = ["--config", str(tmp_path / "c.yaml")] + argv[:-4]
+    assert post_train.main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"`{field}`" in err, err
+    assert not (tmp_path / "out").exists()  # nothing was trained or written
+
+
+def test_tokenizer_family_must_match_the_source(tiny, tmp_path, capsys):
+    argv = run_args(tiny, tmp_path / "out", tokenizer=tiny["roberta"][1])  # bert source, roberta tokenizer
+    assert post_train.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "`tokenizer`" in err and "'roberta'" in err and "'bert'" in err
+
+
+def test_batch_must_divide_by_world_size_times_accumulation(tiny, tmp_path, capsys, monkeypatch):
+    config = load_config(run_args(tiny, tmp_path / "o", global_batch_size=12, per_device_batch_size=4))
+    assert config.batch_layout(1) == (4, 3) and config.batch_layout(3) == (4, 1)
+    with pytest.raises(ConfigError, match="global_batch_size"):
+        validate_config(config, world_size=2)
+    monkeypatch.setenv("WORLD_SIZE", "2")  # what `accelerate launch --num_processes 2` sets
+    assert post_train.main(run_args(tiny, tmp_path / "o", global_batch_size=12, per_device_batch_size=4)
+                           + ["--dry-run"]) == 2
+    assert "`global_batch_size`" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["demo", "xpt-ko-400k", "xpt-ko-4m"])
+def test_shipped_configs_dry_run_offline(name, capsys):
+    assert post_train.main(["--config", str(REPO_ROOT / "configs" / f"{name}.yaml"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "phase1" in out and "phase2" in out and "per-device batch" in out and "dry run" in out
+
+
+def test_max_steps_scales_every_phase():
+    c = config_from_dict({"data": "x", "train_steps": 1000, "phase1_steps": 400, "warmup_steps": 100, "max_steps": 10})
+    phases = c.resolved_phases()
+    assert [p.steps for p in phases] == [4, 6] and all(p.warmup_steps <= p.steps for p in phases)
+
+
+# ----------------------------------------------------------------------------------------------
+# Phases and methods
+# ----------------------------------------------------------------------------------------------
+
+
+def test_phase1_trains_only_its_groups_and_phase2_trains_everything(tiny, tmp_path):
+    out = tmp_path / "xpt"
+    summary = run_inprocess(run_args(tiny, out, save_steps=1))
+    assert [p["name"] for p in summary["phases"]] == ["phase1", "phase2"]
+    assert summary["phases"][0]["trainable_groups"] == list(PHASE1)
+    assert set(PHASE1 + REUSED_GROUPS) <= set(summary["phases"][1]["trainable_groups"])
+    assert [p["steps"] for p in summary["phases"]] == [4, 4] and summary["total_steps"] == 8
+    for key in ("loss", "perplexity", "hits@1", "hits@10", "mrr", "mean_rank"):
+        assert math.isfinite(summary["final_metrics"][key])
+
+    source = source_weights(tiny["bert"][0])
+    ckpts = dict(list_checkpoints(out))
+    assert sorted(ckpts) == [1, 2, 3, 5, 6, 7]  # every step except phase ends (4, 8), keep 10
+    step1, step3, step5 = (checkpoint_weights(ckpts[s]) for s in (1, 3, 5))
+    pairs = reused_pairs(step1, "bert")
+    assert len(pairs) > 20
+    for name, src in pairs:  # frozen in phase 1: bit-identical to the English source
+        assert torch.equal(step1[name], source[src]), name
+        assert torch.equal(step3[name], source[src]), name
+    # (the attention key bias adds the same q.b_k to every score of a row: softmax-invariant, its
+    # gradient is zero up to rounding, so it may legitimately stay put)
+    pairs = [(n, s) for n, s in pairs if not n.endswith("attention.self.key.bias")]
+    changed = [n for n, _ in pairs if not torch.equal(step5[n], step3[n])]
+    assert set(n for n, _ in pairs) - set(changed) == set(), sorted(set(n for n, _ in pairs) - set(changed))
+    from modeling_xpt import XPTForMaskedLM
+
+    for name in step1:  # phase-1 groups do train in phase 1
+        if XPTForMaskedLM.parameter_group_of(name) in PHASE1 and name != "lm_head.decoder.weight":
+            assert not torch.equal(step1[name], step3[name]), name
+    from transformers import AutoModelForMaskedLM
+
+    final = AutoModelForMaskedLM.from_pretrained(out, trust_remote_code=True)  # saved folder loads with its code
+    assert (out / "modeling_xpt.py").is_file() and (out / "tokenizer.json").is_file()
+    for name, src in reused_pairs(dict(final.named_parameters()), "bert"):
+        assert not torch.equal(final.state_dict()[name], source[src]), name
+
+
+def test_xpt_sp_is_one_phase_training_everything(tiny, tmp_path):
+    summary = run_inprocess(run_args(tiny, tmp_path / "sp", method="xpt-sp", save_steps=1))
+    assert [p["name"] for p in summary["phases"]] == ["train"]
+    assert set(PHASE1 + REUSED_GROUPS) <= set(summary["phases"][0]["trainable_groups"])
+    ckpt = dict(list_checkpoints(tmp_path / "sp"))[1]
+    weights, source = checkpoint_weights(ckpt), source_weights(tiny["bert"][0])
+    assert all(not torch.equal(weights[n], source[s]) for n, s in reused_pairs(weights, "bert"))
+    assert any(n.startswith("xpt.encoder.itl_") for n in weights)
+
+
+def test_scratch_starts_from_random_weights(tiny, tmp_path):
+    argv = run_args(tiny, tmp_path / "scratch", family="roberta", method="scratch", train_steps=2)
+    summary = run_inprocess(argv)
+    assert len(summary["phases"]) == 1 and summary["total_steps"] == 2
+    from transformers import AutoModelForMaskedLM
+
+    final = AutoModelForMaskedLM.from_pretrained(tmp_path / "scratch", trust_remote_code=True)
+    source = source_weights(tiny["roberta"][0])
+    state = final.state_dict()
+    pairs = reused_pairs(state, "roberta")
+    # after 2 small steps a converted model would still be close to the source; scratch is far from it
+    far = [n for n, s in pairs if state[n].dim() == 2 and (state[n] - source[s]).abs().max() > 0.05]
+    assert len(far) >= len([n for n, _ in pairs if state[n].dim() == 2]) - 1
+
+
+def test_adapters_and_no_itl_methods(tiny, tmp_path):
+    summary = run_inprocess(run_args(tiny, tmp_path / "ad", method="adapters", adapter_size=8, train_steps=2))
+    groups = summary["phases"][0]["trainable_groups"]
+    assert "adapters" in groups and "itl" not in groups and "reused_encoder" in groups
+    _reset_accelerate()
+    summary = run_inprocess(run_args(tiny, tmp_path / "noitl", method="xpt-no-itl", train_steps=4, phase1_steps=2))
+    assert summary["phases"][0]["trainable_groups"] == ["target_embeddings", "lm_head_bias"]
+    assert len(summary["phases"]) == 2
+
+
+def test_explicit_phases_and_early_stopping(tiny, tmp_path):
+    phases = [{"name": "warm", "trainable_groups": ["target_embeddings", "lm_head_bias"], "steps": 2,
+               "learning_rate": 1e-3},
+              {"name": "long", "trainable_groups": "all", "steps": 50, "learning_rate": 1e-9, "schedule": "constant",
+               "early_stopping_patience": 1}]
+    summary = run_inprocess(run_args(tiny, tmp_path / "es", phases=json.dumps(phases), eval_steps=1, save_steps=100))
+    warm, long = summary["phases"]
+    assert warm["trainable_groups"] == ["target_embeddings", "lm_head_bias"] and warm["steps"] == 2
+    assert long["stopped_early"] and long["steps"] < 50  # lr ~0: the valid loss cannot keep improving
+
+
+# ----------------------------------------------------------------------------------------------
+# Checkpoints and exact resume
+# ----------------------------------------------------------------------------------------------
+
+
+def test_kill_mid_phase2_then_resume_matches_uninterrupted_run(tiny, tmp_path):
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    common = dict(train_steps=10, phase1_steps=4, save_steps=2, save_total_limit=2)
+    run_subprocess(run_args(tiny, full, **common))
+    proc = run_subprocess(run_args(tiny, cut, **common) + ["--stop-after-steps", "7"], check=False)
+    assert proc.returncode == 17, proc.stderr[-3000:]  # hard exit after step 7 (phase 2), as if killed
+    assert not (cut / "training_summary.json").exists()
+    assert [s for s, _ in list_checkpoints(cut)] == [2, 6]  # step 4 ends phase 1: phase ends are not checkpointed
+    proc = run_subprocess(run_args(tiny, cut, **common) + ["--resume", "latest"])
+    assert "resuming from" in proc.stdout + proc.stderr and "checkpoint-6" in proc.stdout + proc.stderr
+    assert losses(cut) == losses(full)  # loss and lr of every step, bit for bit
+    a = json.loads((full / "training_summary.json").read_text())
+    b = json.loads((cut / "training_summary.json").read_text())
+    assert a["final_metrics"] == b["final_metrics"] and a["tokens_seen"] == b["tokens_seen"]
+    assert [p["steps"] for p in b["phases"]] == [4, 6] and b["resumed"]
+
+
+def test_checkpoint_is_atomic_when_saving_crashes(tmp_path):
+    class FakeAccelerator:
+        is_main_process = True
+
+        def wait_for_everyone(self):
+            pass
+
+    def good(path):
+        Path(path).mkdir(parents=True)
+        (Path(path) / "weights").write_text("ok")
+
+    def crashing(path):
+        Path(path).mkdir(parents=True)
+        (Path(path) / "weights").write_text("half")
+        raise OSError("disk full")
+
+    acc = FakeAccelerator()
+    for step in (2, 4, 6):
+        save_checkpoint(acc, tmp_path, step, {"step": step}, keep=2, save_state=good)
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [4, 6]
+    with pytest.raises(OSError):
+        save_checkpoint(acc, tmp_path, 8, {"step": 8}, keep=2, save_state=crashing)
+    assert latest_checkpoint(tmp_path).name == "checkpoint-6"
+    assert (latest_checkpoint(tmp_path) / "weights").read_text() == "ok"
+    save_checkpoint(acc, tmp_path, 8, {"step": 8}, keep=2, save_state=good)  # next save cleans up
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [6, 8]
+    assert not list((tmp_path / "checkpoints").glob(".tmp-*"))
+
+
+# ----------------------------------------------------------------------------------------------
+# Multi-process (DDP over gloo on the CPU) across the phase boundary
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_two_processes_cross_the_phase_boundary_like_one(tiny, tmp_path):
+    """`accelerate launch --cpu --num_processes 2` starts a single process in Accelerate (no mpirun);
+    `--multi_gpu` starts two through torchrun, and post_train.py runs them as DDP over gloo on the CPU."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    common = dict(train_steps=8, phase1_steps=4, global_batch_size=8, per_device_batch_size=2)
+    run_subprocess(run_args(tiny, one, **common))
+    launch = (PYTHON, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+              "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29531")
+    run_subprocess(run_args(tiny, two, **common), launcher=launch)
+    s1 = json.loads((one / "training_summary.json").read_text())
+    s2 = json.loads((two / "training_summary.json").read_text())
+    assert s2["hardware"]["num_processes"] == 2 and s2["hardware"]["ranks_in_sync"]
+    assert s1["batch"]["gradient_accumulation_steps"] == 4 and s2["batch"]["gradient_accumulation_steps"] == 2
+    assert [p["trainable_groups"] for p in s1["phases"]] == [p["trainable_groups"] for p in s2["phases"]]
+    l1, l2 = losses(one), losses(two)
+    assert [x["step"] for x in l2] == list(range(1, 9))
+    np.testing.assert_allclose([x["loss"] for x in l2], [x["loss"] for x in l1], rtol=1e-5, atol=1e-6)
+    for key in ("loss", "hits@1", "mrr", "mean_rank"):
+        assert s2["final_metrics"][key] == pytest.approx(s1["final_metrics"][key], rel=1e-4, abs=1e-5)
