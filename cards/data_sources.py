@@ -1,0 +1,58 @@
+"""What the model card may say about known training/evaluation data: domain and licence.
+
+Only sources whose licence is documented (../shared/data/README.md, the dataset pages) are listed.
+Anything else is reported as "not recorded" in the card; nothing is guessed.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .folder import looks_like_hub_id
+
+# file name (as found in a local data folder) -> (description / domain, licence)
+KNOWN_FILES = {
+    "ko_reviews.txt.gz": ("Naver Sentiment Movie Corpus raw reviews (github e9t/nsmc): colloquial movie reviews, "
+                          "at most 140 characters", "CC0 1.0"),
+    "ko_comments.txt.gz": ("Korean HateSpeech Dataset unlabeled comments (github kocohub/korean-hate-speech): online "
+                           "news comments and titles, colloquial, includes offensive and hateful language",
+                           "CC BY-SA 4.0"),
+    "ko_formal.txt.gz": ("formal paragraphs collected by github yiunsr/boddari: Korean Wikinews articles, UNESCO "
+                         "reports, public-domain fairy tales, book reviews",
+                         "Wikinews CC BY 2.5, UNESCO CC BY-SA 3.0 IGO, others CC BY / public domain as listed by that "
+                         "project"),
+}
+# Hub dataset id -> (description / domain, licence)
+KNOWN_HUB = {
+    "wikimedia/wikipedia": ("Wikipedia articles (encyclopedic, formal written Korean)", "CC BY-SA 4.0 and GFDL"),
+}
+# Fine-tuning task name (results.json "task") -> (description, licence, Hub task type, pretty metric name)
+KNOWN_TASKS = {
+    "korsts": ("KorSTS semantic textual similarity (github kakaobrain/KorNLUDatasets)", "CC BY-SA 4.0",
+               "text-classification", "Spearman x 100"),
+    "nsmc": ("NSMC movie-review sentiment (github e9t/nsmc)", "CC0 1.0", "text-classification", "accuracy"),
+}
+
+
+def describe_data(spec: str | None) -> tuple[list[str], list[tuple[str, str, str]]]:
+    """(Hub dataset ids, [(name, description, licence)]) for a post-training data spec."""
+    if not spec:
+        return [], []
+    spec = str(spec)
+    if spec == "konlpy":
+        return [], [("konlpy", "the small Korean corpora bundled in the PyPI package konlpy (kolaw, kobill)",
+                     "not recorded here: see the konlpy package's documentation")]
+    path = Path(spec)
+    if path.exists():
+        files = sorted(p.name for p in (path.rglob("*") if path.is_dir() else [path]) if p.is_file())
+        known = [(name, *KNOWN_FILES[name]) for name in files if name in KNOWN_FILES]
+        return [], known
+    if looks_like_hub_id(spec):
+        base = spec
+        if base in KNOWN_HUB:
+            return [spec], [(spec, *KNOWN_HUB[base])]
+        return [spec], []
+    return [], []
+
+
+def describe_task(task: str | None) -> tuple[str, str, str, str] | None:
+    return KNOWN_TASKS.get(str(task).lower()) if task else None

@@ -1,0 +1,530 @@
+"""Write the model card (README.md) of a saved XPT folder, from the folder's own files.
+
+    python -m cards.make_card --model-dir runs/xpt-ko-4m [--repo-id org/xpt-ko-4m] [--results ft/results.json]
+
+Metadata (YAML) the Hub understands: language, license, library_name, pipeline_tag, tags,
+base_model, datasets, widget (Korean examples with this tokenizer's mask token) and model-index
+(from training_summary.json and results.json). Body: what XPT is, how this checkpoint was made,
+usage with `trust_remote_code=True`, results, the stock export, limitations, data licence, citation.
+
+Every number comes from the folder (config.json, training_summary.json, results.json, the
+safetensors headers, the tokenizer); anything missing is left out, never filled in.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .data_sources import describe_data, describe_task
+from .folder import (
+    CARD_FILE,
+    GENERATED_MARKER,
+    FolderInfo,
+    hub_source_id,
+    inspect_folder,
+    load_tokenizer,
+    looks_like_hub_id,
+    safetensors_parameter_count,
+)
+
+DEFAULT_LICENSE = "apache-2.0"
+
+CITATION = """@article{lee2021xpt,
+  title   = {Exploring the Data Efficiency of Cross-Lingual Post-Training in Pretrained Language Models},
+  author  = {Lee, Chanhee and Yang, Kisu and Whang, Taesun and Park, Chanjun and Matteson, Andrew and Lim, Heuiseok},
+  journal = {Applied Sciences},
+  volume  = {11},
+  number  = {5},
+  pages   = {1975},
+  year    = {2021},
+  doi     = {10.3390/app11051975}
+}"""
+
+METHODS = {
+    "xpt": "XPT: new Korean embeddings and two Implicit Translation Layers around the reused English layers, "
+           "two-phase post-training (phase 1 trains only the new parts, phase 2 trains everything)",
+    "xpt-sp": "XPT-SP: the XPT architecture trained in a single phase with nothing frozen",
+    "xpt-no-itl": "XPT without Implicit Translation Layers (ablation): new Korean embeddings, reused English layers",
+    "scratch": "Scratch baseline: the same architecture with every weight random, trained on Korean only "
+               "(no English weights are used)",
+    "adapters": "Adapters baseline: new Korean embeddings and bottleneck adapters in the reused English layers",
+}
+
+# Sentences for fill-mask widgets: (sentence, word to mask). Hand-written Korean.
+MASK_CANDIDATES = [
+    ("대한민국의 수도는 서울이다.", "서울"),
+    ("나는 도서관에서 책을 읽었다.", "책"),
+    ("이 영화는 정말 재미있었다.", "영화"),
+    ("오늘은 날씨가 맑고 따뜻하다.", "날씨"),
+    ("우리는 내일 부산으로 여행을 간다.", "여행"),
+    ("학생들이 운동장에서 축구를 하고 있다.", "축구"),
+    ("봄이 오면 꽃이 피고 새가 운다.", "꽃"),
+]
+CLASSIFICATION_EXAMPLES = [
+    "이 영화는 정말 재미있었다.",
+    "배우들의 연기가 어색해서 너무 지루했다.",
+    "음식은 맛있었지만 서비스가 느렸다.",
+]
+INTRINSIC_METRICS = [  # key in training_summary metrics -> (model-index type, display name)
+    ("perplexity", "perplexity", "Perplexity (masked tokens)"),
+    ("loss", "loss", "MLM loss"),
+    ("hits@1", "hits@1", "Hits@1"),
+    ("hits@3", "hits@3", "Hits@3"),
+    ("hits@5", "hits@5", "Hits@5"),
+    ("hits@10", "hits@10", "Hits@10"),
+    ("mrr", "mrr", "MRR"),
+    ("mean_rank", "mean_rank", "Mean rank"),
+]
+
+
+# ----------------------------------------------------------------------------------------------
+# Formatting helpers (shared with the tests, so a number is written one way only)
+# ----------------------------------------------------------------------------------------------
+
+
+def fmt_int(value) -> str:
+    return f"{int(value):,}"
+
+
+def fmt_float(value, digits: int = 4) -> str:
+    return f"{float(value):.{digits}f}"
+
+
+def fmt_duration(seconds) -> str:
+    seconds = float(seconds)
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    hours, rest = divmod(seconds, 3600)
+    minutes = rest / 60
+    return f"{seconds:.0f} s ({int(hours)} h {minutes:.0f} min)" if hours else f"{seconds:.0f} s ({minutes:.1f} min)"
+
+
+def _num(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# ----------------------------------------------------------------------------------------------
+# Widgets
+# ----------------------------------------------------------------------------------------------
+
+
+def fill_mask_widgets(tokenizer, count: int = 3) -> list[dict]:
+    """Korean widget sentences with one word replaced by `tokenizer.mask_token`. Sentences whose
+    masked word is a single token of this tokenizer come first (the model can predict them exactly)."""
+    mask = tokenizer.mask_token
+    if not mask:
+        raise ValueError("the tokenizer has no mask token: a fill-mask widget is impossible")
+    scored = []
+    for index, (sentence, word) in enumerate(MASK_CANDIDATES):
+        single = len(tokenizer.tokenize(word)) == 1 and tokenizer.unk_token not in tokenizer.tokenize(word)
+        scored.append((0 if single else 1, index, sentence.replace(word, mask, 1), word))
+    scored.sort()
+    return [{"text": text, "example_title": f"{word} ({mask})"} for _, _, text, word in scored[:count]]
+
+
+def classification_widgets() -> list[dict]:
+    return [{"text": text, "example_title": f"예시 {i + 1}"} for i, text in enumerate(CLASSIFICATION_EXAMPLES)]
+
+
+def widgets_for(info: FolderInfo, tokenizer) -> list[dict]:
+    if info.pipeline_tag == "fill-mask":
+        return fill_mask_widgets(tokenizer)
+    if info.pipeline_tag == "text-classification":
+        return classification_widgets()
+    return []
+
+
+# ----------------------------------------------------------------------------------------------
+# Metadata
+# ----------------------------------------------------------------------------------------------
+
+
+def _summary_source(info: FolderInfo) -> str | None:
+    if info.summary and info.summary.get("source_model"):
+        return str(info.summary["source_model"])
+    return info.config.get("source_name_or_path")
+
+
+def resolve_base_model(info: FolderInfo, override: str | None = None) -> str | None:
+    """Hub id of the model this one was made from, or None (never a local path)."""
+    if override:
+        return override
+    method = (info.summary or {}).get("method") or ((info.own_results or {}).get("post_training") or {}).get("method")
+    if info.is_fine_tuned and info.own_results and looks_like_hub_id(info.own_results.get("model")):
+        return info.own_results["model"]
+    if method == "scratch":
+        return None  # nothing of the English model is used
+    for candidate in (info.config.get("source_name_or_path"), _summary_source(info)):
+        hub = hub_source_id(candidate)
+        if hub:
+            return hub
+    return None
+
+
+def _data_spec(info: FolderInfo) -> str | None:
+    data = (info.summary or {}).get("data") or {}
+    return data.get("spec") if isinstance(data, dict) else None
+
+
+def _locate_spec(spec: str | None) -> str | None:
+    """A relative local data path is tried from the working directory, then from the repository root."""
+    if not spec:
+        return spec
+    if Path(spec).exists() or Path(spec).is_absolute():
+        return spec
+    root = Path(__file__).resolve().parents[1]
+    return str(root / spec) if (root / spec).exists() else spec
+
+
+def eval_results(info: FolderInfo, data_name: str):
+    from huggingface_hub import EvalResult
+
+    results = []
+    summary = info.summary or {}
+    metrics = summary.get("final_metrics") or {}
+    split = summary.get("final_metrics_split", "test")
+    spec = _data_spec(info)
+    hub_ids, _ = describe_data(_locate_spec(spec))
+    dataset_type = hub_ids[0] if hub_ids else (f"local:{Path(spec).name}" if spec else "unknown")
+    for key, metric_type, name in INTRINSIC_METRICS:
+        if _num(metrics.get(key)):
+            results.append(EvalResult(
+                task_type="fill-mask", task_name="Masked language modelling (held-out Korean text)",
+                dataset_type=dataset_type, dataset_name=data_name, dataset_split=split,
+                metric_type=metric_type, metric_name=name, metric_value=float(metrics[key])))
+    for result in info.results:
+        task = describe_task(result.get("task"))
+        value = result.get("mean")
+        if not _num(value):
+            continue
+        task_name = str(result.get("task"))
+        results.append(EvalResult(
+            task_type=task[2] if task else "text-classification", task_name=task[0] if task else task_name,
+            dataset_type=task_name, dataset_name=task[0] if task else task_name,
+            dataset_split=str(result.get("split", "test")), metric_type=str(result.get("metric", "score")),
+            metric_name=f"{result.get('metric', 'score')} (mean of {len(result.get('scores') or [])} seeds)",
+            metric_value=float(value)))
+    return results
+
+
+def build_metadata(info: FolderInfo, tokenizer, *, model_name: str, license: str = DEFAULT_LICENSE,
+                   base_model: str | None = None, datasets: list[str] = (), variant: str = "custom"):
+    from huggingface_hub import ModelCardData
+
+    spec = _data_spec(info)
+    hub_datasets, _ = describe_data(_locate_spec(spec))
+    all_datasets = list(dict.fromkeys([*hub_datasets, *datasets]))
+    family = info.config.get("source_model_type") or info.config.get("model_type")
+    tags = ["xpt", "cross-lingual-post-training", "korean", "encoder", info.pipeline_tag]
+    if family in ("bert", "roberta"):
+        tags.append(family)
+    tags.append("custom_code" if variant == "custom" else "stock-export")
+    results = eval_results(info, data_name=f"Korean held-out text ({spec})" if spec else "Korean held-out text")
+    data = ModelCardData(
+        language="ko",
+        license=license,
+        library_name="transformers",
+        pipeline_tag=info.pipeline_tag,
+        tags=tags,
+        base_model=resolve_base_model(info, base_model),
+        datasets=all_datasets or None,
+        model_name=model_name if results else None,
+        eval_results=results or None,
+        widget=widgets_for(info, tokenizer) or None,
+    )
+    return data
+
+
+# ----------------------------------------------------------------------------------------------
+# Body
+# ----------------------------------------------------------------------------------------------
+
+
+def _made_section(info: FolderInfo, tokenizer) -> list[str]:
+    c, s = info.config, info.summary or {}
+    lines = ["## How this checkpoint was made", ""]
+    method = s.get("method") or ((info.own_results or {}).get("post_training") or {}).get("method")
+    if method:
+        lines.append(f"- **Method**: `{method}` — {METHODS.get(method, 'see training_summary.json')}.")
+    source = _summary_source(info)
+    if source:
+        hub = hub_source_id(source) or hub_source_id(c.get("source_name_or_path"))
+        lines.append(f"- **English source model**: `{source}`" + (f" ([{hub}](https://huggingface.co/{hub}))" if hub and hub != source else "")
+                     + (f", {c['source_model_type']} family" if c.get("source_model_type") else "") + ".")
+    if c.get("model_type") == "xpt":
+        layers = c.get("num_hidden_layers")
+        itl = [name for name, key in (("ITL_in", "use_itl_in"), ("ITL_out", "use_itl_out")) if c.get(key)]
+        parts = [f"hidden size {c.get('hidden_size')}", f"{layers} reused encoder layers"]
+        if itl:
+            parts.append(f"implicit translation layers {' and '.join(itl)} ({layers + len(itl)} layers in all)")
+        if c.get("adapter_size"):
+            parts.append(f"bottleneck adapters of size {c['adapter_size']}")
+        parts.append(f"vocabulary {fmt_int(c.get('vocab_size'))}")
+        lines.append("- **Architecture**: " + ", ".join(parts) + ".")
+    count = safetensors_parameter_count(info.path)
+    if count:
+        lines.append(f"- **Stored parameters**: {fmt_int(count)} (from the safetensors file).")
+    tok_ref = s.get("tokenizer")
+    lines.append(f"- **Tokenizer**: {fmt_int(len(tokenizer))} tokens, mask token `{tokenizer.mask_token}`"
+                 + (f", from `{tok_ref}`" if tok_ref else "") + ".")
+    data = s.get("data") if isinstance(s.get("data"), dict) else None
+    if data:
+        parts = []
+        for key, label in (("train_sentences", "train sentences"), ("train_tokens", "train tokens"),
+                           ("valid_sentences", "valid sentences"), ("test_sentences", "test sentences")):
+            if _num(data.get(key)):
+                parts.append(f"{fmt_int(data[key])} {label}")
+        lines.append(f"- **Post-training data**: `{data.get('spec', '?')}`" + (": " + ", ".join(parts) if parts else "") + ".")
+    phases = s.get("phases") or []
+    if phases:
+        lines += ["", "| phase | steps | trainable parameter groups | learning rate | warmup | schedule | stopped early | valid loss at end |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for phase in phases:
+            steps = fmt_int(phase["steps"]) if _num(phase.get("steps")) else ""
+            if _num(phase.get("planned_steps")) and phase.get("planned_steps") != phase.get("steps"):
+                steps += f" of {fmt_int(phase['planned_steps'])}"
+            lines.append("| {} | {} | {} | {} | {} | {} | {} | {} |".format(
+                phase.get("name", ""), steps, ", ".join(phase.get("trainable_groups") or []),
+                phase.get("learning_rate", ""), phase.get("warmup_steps", ""), phase.get("schedule", ""),
+                {True: "yes", False: "no"}.get(phase.get("stopped_early"), ""),
+                fmt_float(phase["valid_loss"]) if _num(phase.get("valid_loss")) else ""))
+        lines.append("")
+    facts = []
+    if _num(s.get("total_steps")):
+        facts.append(f"{fmt_int(s['total_steps'])} optimiser steps")
+    if _num(s.get("tokens_seen")):
+        facts.append(f"{fmt_int(s['tokens_seen'])} tokens seen")
+    batch = s.get("batch") or {}
+    if _num(batch.get("global_batch_size")):
+        facts.append(f"global batch {fmt_int(batch['global_batch_size'])} sequences"
+                     + (f" of up to {batch['max_seq_length']} tokens" if _num(batch.get("max_seq_length")) else "")
+                     + (" (packed)" if batch.get("packing") else ""))
+    if _num(s.get("wall_time_s")):
+        facts.append(f"wall time {fmt_duration(s['wall_time_s'])}")
+    if _num(s.get("tokens_per_s")):
+        facts.append(f"{s['tokens_per_s']:,.1f} tokens/s")
+    if facts:
+        lines.append("- **Training**: " + ", ".join(facts) + ".")
+    hw = s.get("hardware") or {}
+    if hw:
+        parts = [f"device `{hw['device']}`" if hw.get("device") else None,
+                 f"GPU {hw['gpu']}" if hw.get("gpu") else None,
+                 f"{hw['num_processes']} process(es)" if _num(hw.get("num_processes")) else None,
+                 f"mixed precision `{hw['mixed_precision']}`" if hw.get("mixed_precision") else None,
+                 f"torch {hw['torch']}" if hw.get("torch") else None,
+                 f"transformers {hw['transformers']}" if hw.get("transformers") else None]
+        lines.append("- **Hardware and software**: " + ", ".join(p for p in parts if p) + ".")
+    own = info.own_results
+    if own:
+        lines.append(f"- **Fine-tuning**: task `{own.get('task')}`, metric `{own.get('metric')}`"
+                     + (f", seeds {own['seeds']}" if own.get("seeds") else "")
+                     + (f", from `{own['model']}`" if own.get("model") else "") + ".")
+        post = own.get("post_training") or {}
+        if post:
+            lines.append("- **Post-training of the encoder**: " + ", ".join(f"{k} `{v}`" for k, v in post.items()) + ".")
+    if info.summary:
+        lines.append("")
+        lines.append("The full record is in [`training_summary.json`](training_summary.json) (configuration included).")
+    lines.append("")
+    return lines
+
+
+def _results_section(info: FolderInfo) -> list[str]:
+    s = info.summary or {}
+    lines = []
+    final, valid = s.get("final_metrics") or {}, s.get("valid_metrics") or {}
+    split = s.get("final_metrics_split", "test")
+    rows = [(name, final.get(key), valid.get(key)) for key, _, name in INTRINSIC_METRICS
+            if _num(final.get(key)) or _num(valid.get(key))]
+    if rows:
+        lines += ["## Results", "", "### Intrinsic (masked tokens of held-out Korean text)", "",
+                  f"Measured at the end of post-training on 15% masked tokens of the {split} split"
+                  + (" (the valid split column is shown too)." if valid and split != "valid" else "."), ""]
+        header = f"| metric | {split} |" + (" valid |" if valid and split != "valid" else "")
+        lines += [header, "| --- | --- |" + (" --- |" if valid and split != "valid" else "")]
+        for name, f_value, v_value in rows:
+            digits = 2 if name.startswith(("Perplexity", "Mean rank")) else 4
+            cell = fmt_float(f_value, digits) if _num(f_value) else ""
+            row = f"| {name} | {cell} |"
+            if valid and split != "valid":
+                row += f" {fmt_float(v_value, digits) if _num(v_value) else ''} |"
+            lines.append(row)
+        lines.append("")
+    downstream = [r for r in info.results if _num(r.get("mean"))]
+    if downstream:
+        if not lines:
+            lines += ["## Results", ""]
+        lines += ["### Downstream (fine-tuning, several seeds)", "",
+                  "| task | metric | split | mean | std | seeds | scores |", "| --- | --- | --- | --- | --- | --- | --- |"]
+        for r in downstream:
+            task = describe_task(r.get("task"))
+            scores = r.get("scores") or []
+            lines.append("| {} | {} | {} | {} | {} | {} | {} |".format(
+                task[0] if task else r.get("task"), r.get("metric", ""), r.get("split", ""), fmt_float(r["mean"], 2),
+                fmt_float(r["std"], 2) if _num(r.get("std")) else "", len(scores),
+                ", ".join(fmt_float(x, 2) for x in scores if _num(x))))
+        lines.append("")
+    return lines
+
+
+def _usage_section(info: FolderInfo, repo_ref: str, widgets: list[dict], variant: str) -> list[str]:
+    trust = ", trust_remote_code=True" if variant == "custom" else ""
+    example = widgets[0]["text"] if widgets else "대한민국의 수도는 서울이다."
+    auto = info.auto_class or "AutoModel"
+    lines = ["## How to use", ""]
+    if variant == "custom":
+        lines += ["The model code (`configuration_xpt.py`, `modeling_xpt.py`) is stored in this repository, so "
+                  "loading it needs `trust_remote_code=True` (read the two files first if you do not trust this "
+                  "repository). Only `torch` and `transformers` are required.", ""]
+    lines += ["```python", "from transformers import AutoTokenizer, " + auto + ", pipeline", "",
+              f'tokenizer = AutoTokenizer.from_pretrained("{repo_ref}"{trust})',
+              f'model = {auto}.from_pretrained("{repo_ref}"{trust})', "",
+              f'pipe = pipeline("{info.pipeline_tag}", model="{repo_ref}"{trust})',
+              f"print(pipe({example!r}))", "```", ""]
+    if info.pipeline_tag == "fill-mask":
+        lines += [f"The mask token of this tokenizer is `{info.mask_token}`; put it where a word is missing.", ""]
+    return lines
+
+
+def _stock_section(info: FolderInfo, variant: str, stock_repo_id: str | None, custom_ref: str | None) -> list[str]:
+    lines = ["## Custom code and the stock export", ""]
+    if variant == "custom":
+        lines.append("The Hub's hosted inference does not run custom code. An XPT model without adapters is exactly a "
+                     "stock `BertForMaskedLM`/`RobertaForMaskedLM` with two more layers (ITL_in first, ITL_out last), "
+                     "and `python -m modeling_xpt.export_stock DIR OUT` writes that copy (checked to give the same logits).")
+        if stock_repo_id:
+            lines.append(f"It is published as [`{stock_repo_id}`](https://huggingface.co/{stock_repo_id}): use it "
+                         "where custom code cannot run (hosted widgets, Inference Endpoints, TEI, ONNX export).")
+        if info.config.get("adapter_size"):
+            lines.append("This checkpoint has bottleneck adapters, so it has **no** stock equivalent.")
+    else:
+        lines.append("This repository holds the **stock export** of an XPT checkpoint"
+                     + (f" ([`{custom_ref}`](https://huggingface.co/{custom_ref}))" if custom_ref and looks_like_hub_id(custom_ref.split('@')[0]) else
+                        (f" (`{custom_ref}`)" if custom_ref else "")) +
+                     ": the same weights as a plain `" + (info.architecture or "BertForMaskedLM") + "` (the implicit "
+                     "translation layers become the first and last encoder layers), so it loads without "
+                     "`trust_remote_code` and works with hosted inference. Its logits equal the XPT model's; use the "
+                     "XPT repository to fine-tune with the XPT parameter groups (phases, frozen reused layers).")
+    lines.append("")
+    return lines
+
+
+def _limitations_section(info: FolderInfo, known_data) -> list[str]:
+    s = info.summary or {}
+    lines = ["## Limitations and biases", ""]
+    data = s.get("data") if isinstance(s.get("data"), dict) else {}
+    if data and _num(data.get("train_sentences")):
+        lines.append(f"- Post-trained on {fmt_int(data['train_sentences'])} Korean sentences; the XPT paper uses up to "
+                     "4M Korean Wikipedia sentences, and quality grows with data. Check the intrinsic and downstream "
+                     "results above before relying on it.")
+    if known_data:
+        lines.append("- The Korean it knows reflects the post-training data: " +
+                     "; ".join(f"{desc}" for _, desc, _ in known_data) + ". Text from other domains (legal, "
+                     "medical, technical) is less well modelled, and social biases and offensive language in that "
+                     "text can be reproduced by the model.")
+    else:
+        lines.append("- The Korean it knows reflects its post-training data (see above); domains absent from that "
+                     "data are modelled less well, and biases in it can be reproduced by the model.")
+    lines.append("- The English source model's own biases carry over through the reused layers (except the Scratch baseline).")
+    lines.append("- An encoder: it fills masks and produces representations; it does not generate text. Fine-tune it "
+                 "for a downstream task.")
+    if info.is_fine_tuned:
+        lines.append("- Fine-tuned on a single task; its predictions outside that task's domain and label set are not meaningful.")
+    lines.append("")
+    return lines
+
+
+def _licence_section(license: str, known_data, info: FolderInfo) -> list[str]:
+    lines = ["## Licence", "", f"Model weights and code: `{license}`."]
+    if known_data:
+        lines += ["", "Post-training data:", "", "| source | content | licence |", "| --- | --- | --- |"]
+        lines += [f"| {name} | {desc} | {lic} |" for name, desc, lic in known_data]
+    else:
+        spec = _data_spec(info)
+        if spec:
+            lines += ["", f"Post-training data `{spec}`: licence not recorded here; check it at the source before reuse."]
+    for result in info.results:
+        task = describe_task(result.get("task"))
+        if task:
+            lines.append(f"\nFine-tuning/evaluation data {task[0]}: {task[1]}.")
+    lines.append("")
+    return lines
+
+
+def build_card(model_dir: str | Path, *, repo_id: str | None = None, license: str = DEFAULT_LICENSE,
+               base_model: str | None = None, datasets: list[str] = (), results: list[str | Path] = (),
+               stock_repo_id: str | None = None, custom_repo_id: str | None = None, variant: str | None = None):
+    """The ModelCard of a folder (not written). `variant`: "custom" (XPT code) or "stock" (plain
+    BERT/RoBERTa export); detected from config.json when None."""
+    from huggingface_hub import ModelCard
+
+    info = inspect_folder(model_dir, results)
+    tokenizer = load_tokenizer(info.path)
+    variant = variant or ("stock" if info.is_stock else "custom")
+    model_name = (repo_id or info.path.resolve().name).split("/")[-1]
+    data = build_metadata(info, tokenizer, model_name=model_name, license=license, base_model=base_model,
+                          datasets=list(datasets), variant=variant)
+    widgets = data.to_dict().get("widget") or []
+    repo_ref = repo_id or str(info.path)
+    known_data = describe_data(_locate_spec(_data_spec(info)))[1]
+
+    kind = {"fill-mask": "a Korean masked-language-model encoder",
+            "text-classification": "a Korean text classifier"}.get(info.pipeline_tag, f"a Korean {info.pipeline_tag} model")
+    source = _summary_source(info)
+    lines = [GENERATED_MARKER, "", f"# {model_name}", "",
+             f"{kind[0].upper() + kind[1:]} made from an English encoder by **cross-lingual post-training (XPT)**"
+             + (f" (English source: `{source}`)" if source else "") + "."
+             + (" This repository is the stock (no custom code) export." if variant == "stock" else ""), "",
+             "## What XPT is", "",
+             "XPT (Lee et al., 2021) reuses the Transformer layers of a pretrained English encoder for another "
+             "language. The English word embeddings are dropped and new Korean embeddings are learned (the output "
+             "layer of the masked-LM head is tied to them); the encoder layers, position embeddings, embedding "
+             "LayerNorm and MLM head transform are kept. Two *Implicit Translation Layers* with the architecture of "
+             "an encoder layer are added, one between the embeddings and the first reused layer and one after the "
+             "last. Post-training uses masked language modelling in two phases: first only the new embeddings, the "
+             "two ITLs and the output bias are trained while the reused layers stay frozen, then everything is "
+             "trained. The paper shows this needs far less Korean text than training from scratch.", ""]
+    lines += _made_section(info, tokenizer)
+    lines += _usage_section(info, repo_ref, widgets, variant)
+    lines += _results_section(info)
+    lines += _stock_section(info, variant, stock_repo_id, custom_repo_id)
+    lines += _limitations_section(info, known_data)
+    lines += _licence_section(license, known_data, info)
+    lines += ["## Citation", "", "Lee, C., Yang, K., Whang, T., Park, C., Matteson, A., & Lim, H. (2021). Exploring the "
+              "Data Efficiency of Cross-Lingual Post-Training in Pretrained Language Models. *Applied Sciences*, "
+              "11(5), 1975.", "", "```bibtex", CITATION, "```", ""]
+    return ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n\n{{ body }}\n", body="\n".join(lines))
+
+
+def write_card(model_dir: str | Path, **kwargs) -> Path:
+    card = build_card(model_dir, **kwargs)
+    out = Path(model_dir) / CARD_FILE
+    card.save(out)
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cards.make_card", description=__doc__.split("\n")[0])
+    parser.add_argument("--model-dir", required=True, help="saved XPT (or stock export) folder")
+    parser.add_argument("--repo-id", help="Hub repo the card is for (used in the usage code; default: folder path)")
+    parser.add_argument("--license", default=DEFAULT_LICENSE, help=f"licence id of the weights (default {DEFAULT_LICENSE})")
+    parser.add_argument("--base-model", help="Hub id of the English source when config.json records a local path")
+    parser.add_argument("--dataset", action="append", default=[], help="extra Hub dataset id for `datasets` (repeatable)")
+    parser.add_argument("--results", action="append", default=[], help="extra fine-tuning results.json (repeatable)")
+    parser.add_argument("--stock-repo-id", help="where the stock export is published (mentioned in the card)")
+    parser.add_argument("--custom-repo-id", help="for a stock export: the XPT repo it was exported from")
+    args = parser.parse_args(argv)
+    try:
+        out = write_card(args.model_dir, repo_id=args.repo_id, license=args.license, base_model=args.base_model,
+                         datasets=args.dataset, results=args.results, stock_repo_id=args.stock_repo_id,
+                         custom_repo_id=args.custom_repo_id)
+    except (FileNotFoundError, ValueError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
