@@ -72,7 +72,7 @@ def run_args(tiny, out_dir, family="bert", **overrides) -> list[str]:
     fields = dict(source=source, tokenizer=tok, data=tiny["corpus"], cache_dir=tiny["cache"], valid_size=40,
                   test_size=40, max_seq_length=32, global_batch_size=8, train_steps=8, phase1_steps=4,
                   warmup_steps=1, learning_rate=3e-3, eval_steps=3, save_steps=2, save_total_limit=10,
-                  logging_steps=1, report_to="none", output_dir=out_dir)
+                  logging_steps=1, report_to="none", keep_checkpoints="true", output_dir=out_dir)
     fields.update(overrides)
     argv = []
     for key, value in fields.items():
@@ -465,3 +465,28 @@ def test_two_processes_cross_the_phase_boundary_like_one(tiny, tmp_path):
     np.testing.assert_allclose([x["loss"] for x in l2], [x["loss"] for x in l1], rtol=1e-5, atol=1e-6)
     for key in ("loss", "hits@1", "mrr", "mean_rank"):
         assert s2["final_metrics"][key] == pytest.approx(s1["final_metrics"][key], rel=1e-4, abs=1e-5)
+
+
+def test_streaming_reads_only_what_is_needed(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.txt").write_text("\n".join(f"문장 {i}" for i in range(1000)) + "\n")
+    splits = load_text_splits(str(tmp_path / "data"), valid_size=5, test_size=5, streaming=True, stream_limit=50,
+                              cache_dir=str(tmp_path / ".hf"))
+    assert {k: len(v) for k, v in splits.items()} == {"train": 40, "valid": 5, "test": 5}
+    seen = {t for split in splits.values() for t in split["text"]}
+    assert seen == {f"문장 {i}" for i in range(50)}
+
+
+def test_output_dir_guard_resume_of_finished_run_and_checkpoint_cleanup(tiny, tmp_path, capsys):
+    out = tmp_path / "run"
+    first = run_inprocess(run_args(tiny, out, train_steps=3, phase1_steps=1, keep_checkpoints="false"))
+    assert not (out / "checkpoints").exists()  # optimiser states are dropped after success
+    _reset_accelerate()
+    assert post_train.main(run_args(tiny, out, train_steps=3, phase1_steps=1)) == 2  # would mix two runs
+    assert "`output_dir`" in capsys.readouterr().err
+    _reset_accelerate()
+    again = run_inprocess(run_args(tiny, out, train_steps=3, phase1_steps=1) + ["--resume", "latest"])
+    assert again == first  # finished: nothing to resume
+    _reset_accelerate()
+    third = run_inprocess(run_args(tiny, out, train_steps=3, phase1_steps=1, overwrite_output_dir="true"))
+    assert losses(out)[-1]["step"] == 3 and third["final_metrics"] == first["final_metrics"]

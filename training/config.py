@@ -80,10 +80,14 @@ class PostTrainConfig:
     embedding_init: str = "random"  # random (paper) | overlap
     itl_init: str = "random"  # random (paper) | copy
     adapter_size: int = 64  # bottleneck width, method adapters only
+    # A source without an MLM head (e.g. a bare BertModel such as all-MiniLM-L6-v2) gets a random
+    # head transform; frozen in phase 1 it would stay random, so it trains with the phase-1 groups.
+    train_fresh_head_in_phase1: bool = True
     # --- data --------------------------------------------------------------------------------
     data: str = ""  # prepared-splits folder, text/jsonl/parquet file(s) or folder, Hub dataset id, or "konlpy"
     data_fallback: str | None = None  # used when `data` is a path that does not exist (e.g. "konlpy")
     data_config: str | None = None  # Hub dataset configuration name
+    streaming: bool = False  # Hub data: stream only max_train_sentences + valid_size + test_size records
     text_column: str = "text"
     valid_size: int = 2000  # sentences held out for valid when the data has no valid split
     test_size: int = 2000  # sentences held out for test when the data has no test split
@@ -122,12 +126,14 @@ class PostTrainConfig:
     eval_steps: int = 500
     save_steps: int = 500
     save_total_limit: int = 3
+    keep_checkpoints: bool = False  # keep OUTPUT/checkpoints after a successful run (default: delete them)
     logging_steps: int = 10
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
     num_workers: int = 0
     max_steps: int | None = None  # quick runs: scale every phase to a total of N steps (each keeps >= 1)
     stop_after_steps: int | None = None  # debug: hard-exit after N steps, as if killed (tests resume)
     resume: str | None = None  # "latest" or a checkpoint folder
+    overwrite_output_dir: bool = False  # a fresh run into a folder with checkpoints/summary: delete them first
     dry_run: bool = False
 
     # ------------------------------------------------------------------------------------------

@@ -116,9 +116,28 @@ def describe_data_source(data: str) -> dict:
     return {"files": [[str(f), f.stat().st_size, int(f.stat().st_mtime)] for f in files]}
 
 
+def _stream_texts(data: str, data_config: str | None, text_column: str, limit: int | None):
+    import datasets
+
+    from training.config import resolve_local
+
+    local = resolve_local(data)
+    stream = datasets.load_dataset(str(local) if local else data, data_config, split="train", streaming=True)
+    if limit:
+        stream = stream.take(limit)
+    for example in stream:
+        text = example[text_column]
+        if text and text.strip():
+            yield {"text": text}
+
+
 def load_text_splits(data: str, *, text_column: str = "text", valid_size: int = 2000, test_size: int = 2000,
-                     data_config: str | None = None, cache_dir: str | None = None, split_seed: int = 0):
-    """{"train", "valid", "test"} -> Dataset with a "text" column ("test" may be missing for Hub data without it)."""
+                     data_config: str | None = None, cache_dir: str | None = None, split_seed: int = 0,
+                     streaming: bool = False, stream_limit: int | None = None):
+    """{"train", "valid", "test"} -> Dataset with a "text" column ("test" may be missing for Hub data without it).
+
+    `streaming` (Hub ids or local folders): read only the first `stream_limit` records of the Hub train split instead of
+    downloading it all (valid/test are then held out of them); they are materialised once in `cache_dir`."""
     import datasets
 
     from training.config import resolve_local
@@ -126,6 +145,10 @@ def load_text_splits(data: str, *, text_column: str = "text", valid_size: int = 
     splits = {}
     if data == "konlpy":
         corpus = _load_files(konlpy_corpus_files(), "text", cache_dir)
+    elif streaming:
+        corpus = datasets.Dataset.from_generator(
+            _stream_texts, gen_kwargs=dict(data=data, data_config=data_config, text_column=text_column,
+                                           limit=stream_limit), cache_dir=cache_dir)
     else:
         local = resolve_local(data)
         if local is None:  # Hub dataset id
@@ -145,6 +168,8 @@ def load_text_splits(data: str, *, text_column: str = "text", valid_size: int = 
                         break
             corpus = splits.pop("train")
         else:
+            if ((local / "stats.json").exists() or (local / ".building").exists()) and not (local / "_COMPLETE").exists():
+                raise ValueError(f"{local} is an incomplete prepare_corpus output (no _COMPLETE marker): run it again")
             sub = {split: next((local / n for n in names if (local / n).exists() or list(local.glob(f"{n}.*"))), None)
                    for split, names in SPLIT_NAMES.items()} if local.is_dir() else {}
             if sub.get("train") is not None:  # prepared splits: DIR/train, DIR/valid, DIR/test (folders or files)
@@ -157,6 +182,8 @@ def load_text_splits(data: str, *, text_column: str = "text", valid_size: int = 
                 corpus = splits.pop("train")
             else:
                 corpus = _load_files(_data_files(local), text_column, cache_dir)
+    for split in [s for s in ("valid", "test") if s in splits and len(splits[s]) == 0]:
+        del splits[split]  # an empty prepared split: hold out from train instead
     missing = [s for s in ("valid", "test") if s not in splits]
     if missing:  # hold out from the corpus after a fixed shuffle (sources are often concatenated by kind)
         sizes = {"test": test_size, "valid": valid_size}

@@ -39,8 +39,10 @@ The loop, top to bottom (`train`):
 5. The output folder: `save_pretrained` model with its remote code, the tokenizer,
    `training_summary.json` (DEVELOPERS.md), `losses.jsonl` (loss per step) and TensorBoard logs.
 
-Not implemented: streaming datasets (Hub data is materialised before tokenisation) and the
-optional word-order-prediction objective.
+Streaming (`--streaming true`, Hub ids): only the first max_train_sentences + valid + test records
+are read and materialised once; the tokenised rows are memory-mapped Arrow files either way, so a
+4M-sentence corpus never has to fit in RAM. Not implemented: the optional word-order-prediction
+(WOP) objective.
 """
 from __future__ import annotations
 
@@ -208,7 +210,7 @@ def train(config: PostTrainConfig) -> dict:
     from accelerate.utils import set_seed
     from tqdm.auto import tqdm
 
-    from training.checkpointing import latest_checkpoint, read_state, save_checkpoint
+    from training.checkpointing import latest_checkpoint, list_checkpoints, read_state, save_checkpoint
     from training.mlm_data import (
         BatchSchedule,
         Masker,
@@ -239,6 +241,21 @@ def train(config: PostTrainConfig) -> dict:
     log = accelerator.print
     output_dir.mkdir(parents=True, exist_ok=True)
 
+    previous = list_checkpoints(output_dir)
+    if config.resume is None and (previous or (output_dir / SUMMARY_FILE).exists()):
+        if not config.overwrite_output_dir:
+            raise ConfigError("output_dir", f"{output_dir} already holds a run (checkpoints or {SUMMARY_FILE}): "
+                              "continue it with --resume latest, or pass --overwrite-output-dir true")
+        if accelerator.is_main_process:
+            import shutil
+
+            shutil.rmtree(output_dir / "checkpoints", ignore_errors=True)
+            for name in (SUMMARY_FILE, LOSS_LOG):
+                (output_dir / name).unlink(missing_ok=True)
+        accelerator.wait_for_everyone()
+    if config.resume == "latest" and (output_dir / SUMMARY_FILE).exists():
+        log(f"{output_dir} holds a finished run ({SUMMARY_FILE}); nothing to resume")
+        return json.loads((output_dir / SUMMARY_FILE).read_text())
     resume_from = None
     if config.resume == "latest":
         resume_from = latest_checkpoint(output_dir)
@@ -261,7 +278,10 @@ def train(config: PostTrainConfig) -> dict:
     cache_hf = str(Path(config.cache_dir) / "hf")
     with accelerator.main_process_first():
         splits = load_text_splits(data, text_column=config.text_column, valid_size=config.valid_size,
-                                  test_size=config.test_size, data_config=config.data_config, cache_dir=cache_hf)
+                                  test_size=config.test_size, data_config=config.data_config, cache_dir=cache_hf,
+                                  streaming=config.streaming,
+                                  stream_limit=(config.max_train_sentences + config.valid_size + config.test_size)
+                                  if config.max_train_sentences else None)
     if config.max_train_sentences:
         splits["train"] = splits["train"].select(range(min(config.max_train_sentences, len(splits["train"]))))
     if config.max_eval_sentences:
@@ -275,8 +295,11 @@ def train(config: PostTrainConfig) -> dict:
     if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
         raise ConfigError("tokenizer", "the tokenizer needs a mask and a pad token")
     model = build_model(config, source, tokenizer)
+    if not hasattr(model, "conversion_report"):
+        model.conversion_report = {}
     position_offset = model.config.position_offset
-    cache_key = {"data": describe_data_source(data), "data_config": config.data_config, "valid": config.valid_size,
+    cache_key = {"data": describe_data_source(data), "data_config": config.data_config, "streaming": config.streaming,
+                 "valid": config.valid_size,
                  "test": config.test_size, "max_train": config.max_train_sentences,
                  "max_eval": config.max_eval_sentences, "text_column": config.text_column}
     with accelerator.main_process_first():
@@ -317,7 +340,12 @@ def train(config: PostTrainConfig) -> dict:
         if not resuming or state["phase_index"] != phase_index:
             state.update(phase_index=phase_index, phase_step=0, best_valid_loss=None, bad_evals=0)
         # -- phase boundary: change requires_grad on the unwrapped model, new optimiser, prepare again --
-        model.set_trainable_groups(phase.groups())
+        groups = phase.groups()
+        if (config.train_fresh_head_in_phase1 and not model.conversion_report.get("source_has_mlm_head", True)
+                and "target_embeddings" in groups and "lm_head_transform" not in groups):
+            groups.append("lm_head_transform")
+            log(f"{phase.name}: the source had no MLM head, so the fresh head transform trains too")
+        model.set_trainable_groups(groups)
         model.train()
         optimizer, scheduler = build_optimizer(model, phase, config)
         wrapped, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
@@ -454,6 +482,10 @@ def train(config: PostTrainConfig) -> dict:
         (output_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
         log(f"saved model, tokenizer and {SUMMARY_FILE} to {output_dir}")
         log("final ({}): {}".format(final_split, ", ".join(f"{k} {v:.4g}" for k, v in final_metrics.items())))
+        if not config.keep_checkpoints:  # optimiser states are not part of the model folder
+            import shutil
+
+            shutil.rmtree(output_dir / "checkpoints", ignore_errors=True)
     accelerator.wait_for_everyone()
     if trackers:
         accelerator.end_training()
