@@ -1,0 +1,577 @@
+#!/usr/bin/env python
+"""Fine-tune any encoder checkpoint on a Korean downstream task, over N seeds: `results.json`.
+
+    python training/finetune.py --model DIR --task korsts --data-dir ../shared/data/tasks/korsts \
+        --seeds 3 --output-dir runs/ft/korsts [--max-train-samples N] [--epochs N] [--peft lora]
+
+Works with XPT folders (loaded through the Auto classes with ``trust_remote_code=True``) and stock
+Hub/local models alike (e.g. ``klue/roberta-base``), so they can be compared on equal terms. An MLM-only
+folder is fine: the Auto class adds a fresh task head.
+
+Defaults follow the XPT paper's fine-tuning table (Table A2): batch 32, learning rate 5e-5 (use
+``--learning-rate 1e-5`` for its other setting), 10 epochs (15 with ``--epochs 15``), linear decay with
+6% warmup. After every epoch the dev split is scored; the epoch with the best dev score is kept
+(``--patience K`` stops after K epochs without improvement), and its test score is reported when the
+task has a test split, otherwise its dev score (``results.json["split"]`` says which).
+
+Why a plain PyTorch loop rather than `transformers.Trainer`: five task types (classification,
+regression, NER, extractive QA) share one ~40-line loop in which per-epoch dev scoring, best-state
+selection, QA span post-processing and per-seed determinism are all visible; with Trainer the same
+needs a `compute_metrics` per type, a QA post-processing subclass, and callbacks, and its
+argument set moves between major versions (this must run on transformers 5.17-5.x). The run is
+deterministic for a given seed on CPU (same data order, dropout and head init); GPU kernels may
+differ in the last digits.
+
+Outputs in ``--output-dir``: ``results.json`` (schema in DEVELOPERS.md), ``runs/seed_<s>.json`` (one
+per run: per-epoch train loss and dev metrics, step losses, best epoch) and a summary table on stdout.
+Bad input (missing columns, labels outside the label set, empty split, no head for the task type,
+tokenizer/model vocabulary mismatch) exits with status 2 and a one-line message.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+import argparse  # noqa: E402
+import inspect  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
+
+from training import metrics_downstream  # noqa: E402
+from training.tasks import TaskDataError, TaskSpec, load_task_data, spec_from_cli  # noqa: E402
+
+PAPER_DEFAULTS = {"batch_size": 32, "learning_rate": 5e-5, "epochs": 10, "warmup_ratio": 0.06,
+                  "weight_decay": 0.01, "max_length": 128}
+HEAD_CLASSES = {"single": "AutoModelForSequenceClassification", "pair": "AutoModelForSequenceClassification",
+                "regression": "AutoModelForSequenceClassification", "token": "AutoModelForTokenClassification",
+                "qa": "AutoModelForQuestionAnswering"}
+LORA_TARGET_NAMES = ("query", "value", "q_proj", "v_proj", "q_lin", "v_lin")
+ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert", "longformer")
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+# --- model, tokenizer and their checks -------------------------------------------------------------------
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"
+
+
+def load_tokenizer_and_config(model: str, spec: TaskSpec):
+    """Tokenizer and config of `model`, checked against the task before any weights are loaded."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    try:
+        config = AutoConfig.from_pretrained(model, trust_remote_code=True)
+    except Exception as error:  # missing folder, unknown model_type, bad JSON ...
+        raise TaskDataError(f"cannot read the model config of {model}: {_one_line(error)}") from None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=True)
+    except Exception as error:
+        raise TaskDataError(f"cannot load a tokenizer from {model}: {_one_line(error)}") from None
+    check_head(config, spec, model)
+    check_vocab(tokenizer, config, model)
+    if spec.task_type in ("token", "qa") and not tokenizer.is_fast:
+        raise TaskDataError(f"{spec.task_type} tasks need a fast tokenizer (word ids / offsets); {model} has "
+                            f"{type(tokenizer).__name__}")
+    if tokenizer.pad_token_id is None:
+        raise TaskDataError(f"the tokenizer of {model} has no padding token")
+    return tokenizer, config
+
+
+def check_head(config, spec: TaskSpec, model: str) -> None:
+    """The Auto class for the task type must be able to build a model from this config."""
+    import transformers
+
+    head = HEAD_CLASSES[spec.task_type]
+    auto_map = getattr(config, "auto_map", None) or {}
+    if head in auto_map:
+        return
+    mapping = getattr(getattr(transformers, head), "_model_mapping", None)
+    if mapping is None or type(config) in mapping:
+        return
+    raise TaskDataError(f"{model} (model_type={config.model_type!r}) cannot get a {spec.task_type} head: "
+                        f"{head} has no class for {type(config).__name__}")
+
+
+def check_vocab(tokenizer, config, model: str) -> None:
+    """Every token id the tokenizer can produce must have an embedding row (XPT: exactly one per token)."""
+    vocab_size = getattr(config, "vocab_size", None)
+    if vocab_size is None:
+        return
+    n_tokens = len(tokenizer)
+    if n_tokens > vocab_size or (config.model_type == "xpt" and n_tokens != vocab_size):
+        raise TaskDataError(f"tokenizer/model vocabulary mismatch in {model}: the tokenizer has {n_tokens} tokens "
+                            f"but config.vocab_size is {vocab_size}; use the tokenizer the model was trained with")
+
+
+def max_input_length(requested: int, tokenizer, config) -> int:
+    limit = requested
+    if tokenizer.model_max_length and tokenizer.model_max_length < 1_000_000:
+        limit = min(limit, tokenizer.model_max_length)
+    positions = getattr(config, "max_position_embeddings", None)
+    if positions:
+        offset = getattr(config, "position_offset", None)
+        if offset is None:
+            offset = (config.pad_token_id or 0) + 1 if config.model_type in ROBERTA_LIKE else 0
+        limit = min(limit, positions - offset)
+    return limit
+
+
+def load_model(model: str, spec: TaskSpec, config, labels: list[str] | None):
+    import transformers
+
+    auto_cls = getattr(transformers, HEAD_CLASSES[spec.task_type])
+    kwargs: dict[str, Any] = {"trust_remote_code": True}
+    if spec.task_type == "regression":
+        kwargs.update(num_labels=1, problem_type="regression")
+    elif spec.task_type in ("single", "pair", "token"):
+        kwargs.update(num_labels=len(labels), id2label=dict(enumerate(labels)),
+                      label2id={label: i for i, label in enumerate(labels)},
+                      problem_type="single_label_classification" if spec.task_type != "token" else None)
+    # A folder that already holds a head of another size (e.g. a fine-tuned 3-way classifier) gets a new one.
+    architectures = getattr(config, "architectures", None) or []
+    head_suffix = HEAD_CLASSES[spec.task_type].removeprefix("AutoModel")
+    if any(a.endswith(head_suffix) for a in architectures) and kwargs.get("num_labels") not in (None, config.num_labels):
+        kwargs["ignore_mismatched_sizes"] = True
+    try:
+        return auto_cls.from_pretrained(model, **kwargs)
+    except (ValueError, OSError, RuntimeError) as error:
+        raise TaskDataError(f"cannot load {model} with {HEAD_CLASSES[spec.task_type]}: {_one_line(error)}") from None
+
+
+def apply_lora(model, spec: TaskSpec, rank: int, alpha: int, dropout: float):
+    """LoRA on the attention query/value projections; the task head is trained in full (modules_to_save)."""
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    prefix = model.base_model_prefix
+    heads = [name for name, module in model.named_children()
+             if name != prefix and any(True for _ in module.parameters())]
+    targets = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                      if isinstance(module, nn.Linear) and name.startswith(prefix + ".")
+                      and name.rsplit(".", 1)[-1] in LORA_TARGET_NAMES})
+    if not targets:
+        raise TaskDataError(f"--peft lora: found no attention projections named {LORA_TARGET_NAMES} in the model")
+    task_type = {"token": TaskType.TOKEN_CLS, "qa": TaskType.QUESTION_ANS}.get(spec.task_type, TaskType.SEQ_CLS)
+    config = LoraConfig(task_type=task_type, r=rank, lora_alpha=alpha, lora_dropout=dropout,
+                        target_modules=targets, modules_to_save=heads)
+    return get_peft_model(model, config)
+
+
+# --- features ----------------------------------------------------------------------------------------------
+def encode_sequence_task(spec: TaskSpec, rows, tokenizer, max_length: int, labels: list[str] | None):
+    columns = spec.text_columns
+    first = [str(row[columns[0]]) for row in rows]
+    second = [str(row[columns[1]]) for row in rows] if len(columns) == 2 else None
+    encoded = tokenizer(first, second, truncation=True, max_length=max_length)
+    label_ids = {label: i for i, label in enumerate(labels or [])}
+    features = []
+    for i, row in enumerate(rows):
+        feature = {k: encoded[k][i] for k in MODEL_INPUTS if k in encoded}
+        value = row[spec.label_column]
+        feature["labels"] = float(value) if spec.task_type == "regression" else label_ids[str(value)]
+        features.append(feature)
+    return features
+
+
+def encode_token_task(spec: TaskSpec, rows, tokenizer, max_length: int, labels: list[str]):
+    """Words -> sub-tokens; the first sub-token of each word carries the word's tag, the rest -100."""
+    label_ids = {label: i for i, label in enumerate(labels)}
+    words = [[str(w) for w in row[spec.tokens_column]] for row in rows]
+    encoded = tokenizer(words, is_split_into_words=True, truncation=True, max_length=max_length)
+    features = []
+    for i, row in enumerate(rows):
+        word_ids = encoded.word_ids(i)
+        tags = row[spec.label_column]
+        label_row, first_positions, previous = [], {}, None
+        for position, word in enumerate(word_ids):
+            if word is None or word == previous:
+                label_row.append(-100)
+            else:
+                label_row.append(label_ids[tags[word]])
+                first_positions[word] = position
+            previous = word
+        feature = {k: encoded[k][i] for k in MODEL_INPUTS if k in encoded}
+        feature["labels"] = label_row
+        feature["word_positions"] = [first_positions.get(w) for w in range(len(tags))]
+        features.append(feature)
+    return features
+
+
+def encode_qa_task(spec: TaskSpec, rows, tokenizer, max_length: int, stride: int):
+    """SQuAD-style windows over the context. Each feature has start/end token positions of the first
+    answer (0 = the first token when the answer is not inside the window), its example index and the
+    character offsets of its context tokens (None elsewhere) for span decoding."""
+    questions = [str(row[spec.question_column]).strip() for row in rows]
+    contexts = [str(row[spec.context_column]) for row in rows]
+    encoded = tokenizer(questions, contexts, truncation="only_second", max_length=max_length, stride=stride,
+                        return_overflowing_tokens=True, return_offsets_mapping=True)
+    features = []
+    for i in range(len(encoded["input_ids"])):
+        example = encoded["overflow_to_sample_mapping"][i]
+        sequence_ids = encoded.sequence_ids(i)
+        offsets = [tuple(o) if sequence_ids[k] == 1 else None for k, o in enumerate(encoded["offset_mapping"][i])]
+        answers = rows[example][spec.answers_column]
+        start_char = answers["answer_start"][0]
+        end_char = start_char + len(answers["text"][0])
+        start_token = end_token = 0
+        context_tokens = [k for k, o in enumerate(offsets) if o is not None]
+        if context_tokens and offsets[context_tokens[0]][0] <= start_char and offsets[context_tokens[-1]][1] >= end_char:
+            start_token = next(k for k in context_tokens if offsets[k][1] > start_char)
+            end_token = next(k for k in reversed(context_tokens) if offsets[k][0] < end_char)
+        feature = {k: encoded[k][i] for k in MODEL_INPUTS if k in encoded}
+        feature.update(start_positions=start_token, end_positions=end_token, example=example, offsets=offsets)
+        features.append(feature)
+    return features
+
+
+def build_features(spec: TaskSpec, splits, tokenizer, max_length: int, doc_stride: int):
+    out = {}
+    for split, rows in splits.items():
+        if spec.task_type == "token":
+            out[split] = encode_token_task(spec, rows, tokenizer, max_length, spec.labels)
+        elif spec.task_type == "qa":
+            out[split] = encode_qa_task(spec, rows, tokenizer, max_length, min(doc_stride, max_length // 4))
+        else:
+            out[split] = encode_sequence_task(spec, rows, tokenizer, max_length, spec.labels)
+    return out
+
+
+def collate(features, pad_token_id: int, task_type: str) -> dict[str, torch.Tensor]:
+    """Right-pad to the longest sequence of the batch; token labels pad with -100."""
+    length = max(len(f["input_ids"]) for f in features)
+    batch = {}
+    for key, pad in (("input_ids", pad_token_id), ("attention_mask", 0), ("token_type_ids", 0)):
+        if key in features[0]:
+            batch[key] = torch.tensor([f[key] + [pad] * (length - len(f[key])) for f in features], dtype=torch.long)
+    if task_type == "token":
+        batch["labels"] = torch.tensor([f["labels"] + [-100] * (length - len(f["labels"])) for f in features])
+    elif task_type == "qa":
+        batch["start_positions"] = torch.tensor([f["start_positions"] for f in features])
+        batch["end_positions"] = torch.tensor([f["end_positions"] for f in features])
+    elif task_type == "regression":
+        batch["labels"] = torch.tensor([f["labels"] for f in features], dtype=torch.float)
+    else:
+        batch["labels"] = torch.tensor([f["labels"] for f in features], dtype=torch.long)
+    return batch
+
+
+# --- evaluation ----------------------------------------------------------------------------------------------
+@torch.no_grad()
+def predict(model, features, batch_size: int, pad_token_id: int, task_type: str, device, accepted: set[str]):
+    model.eval()
+    outputs = []
+    for start in range(0, len(features), batch_size):
+        chunk = features[start:start + batch_size]
+        batch = collate(chunk, pad_token_id, task_type)
+        inputs = {k: v.to(device) for k, v in batch.items() if k in accepted}
+        result = model(**inputs)
+        if task_type == "qa":
+            for i in range(len(chunk)):
+                outputs.append((result.start_logits[i].float().cpu().numpy(), result.end_logits[i].float().cpu().numpy()))
+        else:
+            logits = result.logits.float().cpu().numpy()
+            outputs.extend(logits[i] for i in range(len(chunk)))
+    return outputs
+
+
+def decode_qa(features, outputs, rows, spec: TaskSpec, n_best: int = 20, max_answer_tokens: int = 30) -> list[str]:
+    """Best-scoring valid span (start <= end, both in the context, at most `max_answer_tokens`) per example."""
+    best: dict[int, tuple[float, str]] = {}
+    for feature, (start_logits, end_logits) in zip(features, outputs):
+        offsets = feature["offsets"]
+        length = len(offsets)
+        starts = np.argsort(start_logits[:length])[::-1][:n_best]
+        ends = np.argsort(end_logits[:length])[::-1][:n_best]
+        context = rows[feature["example"]][spec.context_column]
+        for s in starts:
+            for e in ends:
+                if offsets[s] is None or offsets[e] is None or e < s or e - s + 1 > max_answer_tokens:
+                    continue
+                score = float(start_logits[s] + end_logits[e])
+                if feature["example"] not in best or score > best[feature["example"]][0]:
+                    best[feature["example"]] = (score, context[offsets[s][0]:offsets[e][1]])
+    return [best.get(i, (0.0, ""))[1] for i in range(len(rows))]
+
+
+def score(spec: TaskSpec, features, outputs, rows) -> dict[str, float]:
+    names = [spec.metric] + [m for m in spec.extra_metrics if m != spec.metric]
+    if spec.task_type == "regression":
+        predictions = [float(o.reshape(-1)[0]) for o in outputs]
+        references = [float(r[spec.label_column]) for r in rows]
+    elif spec.task_type in ("single", "pair"):
+        predictions = [spec.labels[int(np.argmax(o))] for o in outputs]
+        references = [str(r[spec.label_column]) for r in rows]
+    elif spec.task_type == "token":
+        predictions = []
+        for feature, logits in zip(features, outputs):  # words cut off by truncation are predicted "O"
+            predictions.append([spec.labels[int(np.argmax(logits[p]))] if p is not None else "O"
+                                for p in feature["word_positions"]])
+        references = [list(r[spec.label_column]) for r in rows]
+    else:
+        predictions = decode_qa(features, outputs, rows, spec)
+        references = [list(r[spec.answers_column]["text"]) for r in rows]
+    return metrics_downstream.compute(names, predictions, references)
+
+
+def evaluate_split(model, spec, features, rows, args, pad_token_id, device, accepted) -> dict[str, float]:
+    outputs = predict(model, features, args.eval_batch_size or 2 * args.batch_size, pad_token_id,
+                      spec.task_type, device, accepted)
+    return score(spec, features, outputs, rows)
+
+
+# --- training ------------------------------------------------------------------------------------------------
+def set_seed(seed: int) -> None:
+    from transformers import set_seed as hf_set_seed
+
+    hf_set_seed(seed)  # python random, numpy, torch (CPU and CUDA)
+
+
+def accepted_inputs(model) -> set[str]:
+    parameters = inspect.signature(model.forward).parameters
+    names = set(MODEL_INPUTS) | {"labels", "start_positions", "end_positions"}
+    if any(p.kind == p.VAR_KEYWORD for p in parameters.values()):
+        # Remote-code and stock encoders take **kwargs; keep token_type_ids only where named.
+        return {n for n in names if n in parameters or n != "token_type_ids"}
+    return {n for n in names if n in parameters}
+
+
+def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, seed: int, device,
+                   progress: bool = True) -> tuple[dict[str, Any], nn.Module]:
+    """Train from `args.model` with `seed`; keep the best-dev epoch's weights; return (run record, model)."""
+    from transformers import get_linear_schedule_with_warmup
+
+    set_seed(seed)
+    model = load_model(args.model, spec, config, spec.labels)
+    accepted = accepted_inputs(model)
+    if args.peft == "lora":
+        model = apply_lora(model, spec, args.lora_r, args.lora_alpha, args.lora_dropout)
+    model.to(device)
+    pad = tokenizer.pad_token_id
+    generator = torch.Generator().manual_seed(seed)
+    loader = torch.utils.data.DataLoader(features["train"], batch_size=args.batch_size, shuffle=True,
+                                         generator=generator, collate_fn=lambda b: collate(b, pad, spec.task_type))
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            (no_decay if param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(param)
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=args.learning_rate)
+    total_steps = args.epochs * len(loader)
+    scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(args.warmup_ratio * total_steps), total_steps)
+
+    best_score, best_epoch, best_state, best_dev, stale = -math.inf, 0, None, {}, 0
+    epochs, step_losses = [], []
+    started = time.time()
+    for epoch in range(1, args.epochs + 1):
+        model.train()
+        losses = []
+        bar = tqdm(loader, desc=f"seed {seed} epoch {epoch}/{args.epochs}", leave=False, disable=not progress)
+        for batch in bar:
+            inputs = {k: v.to(device) for k, v in batch.items() if k in accepted}
+            loss = model(**inputs).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], args.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+            bar.set_postfix(loss=f"{losses[-1]:.4f}")
+        step_losses.extend(losses)
+        dev = evaluate_split(model, spec, features["dev"], splits["dev"], args, pad, device, accepted)
+        epochs.append({"epoch": epoch, "train_loss": float(np.mean(losses)), "dev": dev})
+        if progress:
+            tqdm.write(f"seed {seed} epoch {epoch}: train loss {np.mean(losses):.4f}, dev {spec.metric} {dev[spec.metric]:.2f}")
+        if dev[spec.metric] > best_score:
+            best_score, best_epoch, best_dev, stale = dev[spec.metric], epoch, dev, 0
+            best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        else:
+            stale += 1
+            if args.patience and stale >= args.patience:
+                break
+    model.load_state_dict(best_state)
+    test = None
+    if "test" in features:
+        test = evaluate_split(model, spec, features["test"], splits["test"], args, pad, device, accepted)
+    run = {"seed": seed, "dev": best_score, "test": test[spec.metric] if test else None, "best_epoch": best_epoch,
+           "dev_metrics": best_dev, "test_metrics": test, "epochs": epochs, "step_losses": step_losses,
+           "train_examples": len(features["train"]), "wall_time_s": round(time.time() - started, 2),
+           "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+           "total_parameters": sum(p.numel() for p in model.parameters())}
+    return run, model
+
+
+def post_training_info(model: str, method: str | None, sentences: int | None) -> dict[str, Any] | None:
+    """Method and data size from the model folder's training_summary.json (post_train.py), or the CLI."""
+    info: dict[str, Any] = {}
+    summary_path = Path(model) / "training_summary.json"
+    if summary_path.is_file():
+        try:
+            summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            summary = {}
+        data = summary.get("data") or {}
+        info = {"method": summary.get("method"), "train_sentences": data.get("train_sentences"),
+                "source_model": summary.get("source_model"), "total_steps": summary.get("total_steps"),
+                "tokens_seen": summary.get("tokens_seen")}
+    if method:
+        info["method"] = method
+    if sentences is not None:
+        info["train_sentences"] = sentences
+    return info or None
+
+
+def summarize(spec: TaskSpec, runs: list[dict[str, Any]], args, post_training, splits) -> dict[str, Any]:
+    split = "test" if runs[0]["test"] is not None else "dev"
+    scores = [run[split] for run in runs]
+    extra = {}
+    for name in [spec.metric] + spec.extra_metrics:
+        values = [run[f"{split}_metrics"][name] for run in runs]
+        extra[name] = {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0}
+    import transformers
+
+    return {
+        "task": spec.name, "metric": spec.metric, "model": str(args.model),
+        "seeds": [run["seed"] for run in runs], "scores": scores,
+        "mean": statistics.fmean(scores), "std": statistics.stdev(scores) if len(scores) > 1 else 0.0,
+        "std_ddof": 1, "split": split,
+        "runs": [{"seed": r["seed"], "dev": r["dev"], "test": r["test"], "best_epoch": r["best_epoch"]} for r in runs],
+        "metrics": extra,
+        "post_training": post_training,
+        "peft": args.peft,
+        "hyperparameters": {k: getattr(args, k) for k in ("batch_size", "learning_rate", "epochs", "warmup_ratio",
+                                                         "weight_decay", "max_length", "patience", "max_train_samples",
+                                                         "max_eval_samples", "lora_r", "lora_alpha")},
+        "num_examples": {name: len(rows) for name, rows in splits.items()},
+        "task_spec": spec.to_dict(),
+        "environment": {"device": str(args.device), "torch": torch.__version__, "transformers": transformers.__version__,
+                        "python": platform.python_version(), "machine": platform.machine()},
+    }
+
+
+def summary_table(results: dict[str, Any]) -> str:
+    split = results["split"]
+    lines = [f"{results['task']}: {results['metric']} on {split}, model {results['model']}",
+             "| seed | best epoch | dev | test |", "| ---: | ---: | ---: | ---: |"]
+    for run in results["runs"]:
+        test = f"{run['test']:.2f}" if run["test"] is not None else "-"
+        lines.append(f"| {run['seed']} | {run['best_epoch']} | {run['dev']:.2f} | {test} |")
+    dev_scores = [run["dev"] for run in results["runs"]]
+    dev_std = statistics.stdev(dev_scores) if len(dev_scores) > 1 else 0.0
+    test = f"{results['mean']:.2f} ± {results['std']:.2f}" if split == "test" else "-"
+    lines.append(f"| mean ± std | | {statistics.fmean(dev_scores):.2f} ± {dev_std:.2f} | {test} |")
+    return "\n".join(lines)
+
+
+def parse_seeds(text: str) -> list[int]:
+    if "," in text:
+        return [int(s) for s in text.split(",") if s.strip()]
+    count = int(text)
+    if count < 1:
+        raise TaskDataError("--seeds must be >= 1 (a count) or a comma-separated list of seeds")
+    return list(range(count))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--model", required=True, help="model folder or Hub id (XPT folders load with trust_remote_code)")
+    p.add_argument("--task", required=True, help="registered task (python training/tasks.py lists them) or a new name")
+    p.add_argument("--data-dir", help="folder with train/dev[/test].{tsv,csv,json,jsonl}; omit to use the task's Hub dataset")
+    p.add_argument("--output-dir", required=True)
+    p.add_argument("--seeds", default="3", help="number of seeds (0..N-1) or a comma-separated list")
+    p.add_argument("--task-spec", help="JSON object (or file) defining/overriding the task, see training/tasks.py")
+    p.add_argument("--task-type", choices=["single", "pair", "regression", "token", "qa"])
+    p.add_argument("--text-columns", help="comma-separated input columns (1 or 2)")
+    p.add_argument("--label-column")
+    p.add_argument("--labels", help="comma-separated label set (default: labels seen in train)")
+    p.add_argument("--metric", choices=sorted(metrics_downstream.METRICS))
+    p.add_argument("--max-train-samples", type=int)
+    p.add_argument("--max-eval-samples", type=int, help="cap dev and test (for quick runs)")
+    p.add_argument("--data-seed", type=int, default=0, help="seed of the subsampling (shared by all runs)")
+    p.add_argument("--epochs", type=int, default=PAPER_DEFAULTS["epochs"])
+    p.add_argument("--batch-size", type=int, default=PAPER_DEFAULTS["batch_size"])
+    p.add_argument("--eval-batch-size", type=int)
+    p.add_argument("--learning-rate", type=float, default=PAPER_DEFAULTS["learning_rate"])
+    p.add_argument("--warmup-ratio", type=float, default=PAPER_DEFAULTS["warmup_ratio"])
+    p.add_argument("--weight-decay", type=float, default=PAPER_DEFAULTS["weight_decay"])
+    p.add_argument("--max-grad-norm", type=float, default=1.0)
+    p.add_argument("--max-length", type=int, default=PAPER_DEFAULTS["max_length"])
+    p.add_argument("--doc-stride", type=int, default=128, help="QA window overlap (capped at max_length/4)")
+    p.add_argument("--patience", type=int, default=0, help="stop after this many epochs without dev improvement (0: off)")
+    p.add_argument("--peft", choices=["lora"], help="parameter-efficient fine-tuning instead of full fine-tuning")
+    p.add_argument("--lora-r", type=int, default=8)
+    p.add_argument("--lora-alpha", type=int, default=16)
+    p.add_argument("--lora-dropout", type=float, default=0.1)
+    p.add_argument("--post-training-method", help="label for results.json post_training.method (default: from training_summary.json)")
+    p.add_argument("--post-training-sentences", type=int, help="post-training data size, if not in training_summary.json")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return p
+
+
+def run(args) -> dict[str, Any]:
+    if args.max_length < 8:
+        raise TaskDataError("--max-length must be at least 8")
+    spec = spec_from_cli(args.task, args.task_spec, args.task_type, args.text_columns, args.label_column,
+                         args.labels, args.metric)
+    allowed = metrics_downstream.METRICS_FOR_TYPE[spec.task_type]
+    for name in [spec.metric] + spec.extra_metrics:
+        if name not in allowed:
+            raise TaskDataError(f"metric {name!r} does not fit a {spec.task_type} task; use one of {list(allowed)}")
+    seeds = parse_seeds(args.seeds)
+    splits = load_task_data(spec, args.data_dir, args.max_train_samples, args.max_eval_samples, args.data_seed)
+    tokenizer, config = load_tokenizer_and_config(args.model, spec)
+    max_length = max_input_length(args.max_length, tokenizer, config)
+    features = build_features(spec, splits, tokenizer, max_length, args.doc_stride)
+    device = torch.device(args.device)
+    out_dir = Path(args.output_dir)
+    (out_dir / "runs").mkdir(parents=True, exist_ok=True)
+    post_training = post_training_info(args.model, args.post_training_method, args.post_training_sentences)
+    runs = []
+    import transformers
+
+    verbosity = transformers.logging.get_verbosity()
+    try:
+        for seed in tqdm(seeds, desc=f"{spec.name} seeds", disable=args.no_progress):
+            run_record, model = train_one_seed(args, spec, config, tokenizer, splits, features, seed, device,
+                                               progress=not args.no_progress)
+            del model
+            # The weight-loading report is the same for every seed: show it once.
+            transformers.logging.set_verbosity_error()
+            (out_dir / "runs" / f"seed_{seed}.json").write_text(
+                json.dumps(run_record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+            runs.append(run_record)
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+    results = summarize(spec, runs, args, post_training, splits)
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(summary_table(results))
+    print(f"wrote {out_dir / 'results.json'}")
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        run(args)
+    except TaskDataError as error:
+        print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

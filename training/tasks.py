@@ -1,0 +1,416 @@
+"""Downstream task registry and data loading for `training/finetune.py`.
+
+A task is a small declarative `TaskSpec`: task type, input columns, label column, label set and
+metric, plus where its data lives (local files in `--data-dir`, or a Hugging Face dataset id).
+
+Task types
+- ``single``      single-sentence classification  (``text_columns=[text]``)
+- ``pair``        sentence-pair classification     (``text_columns=[a, b]``)
+- ``regression``  one float per example, e.g. STS  (``text_columns=[a]`` or ``[a, b]``)
+- ``token``       token classification / NER       (``tokens_column`` list of words, ``label_column`` list of BIO tags)
+- ``qa``          extractive QA (SQuAD layout)     (``question_column``, ``context_column``, ``answers_column``
+                  holding ``{"text": [...], "answer_start": [...]}``)
+
+Local data: ``DIR/{train,dev,test}.{tsv,csv,json,jsonl}`` (``validation``/``valid`` are accepted
+for dev). TSV/CSV need a header row; JSON is a list of records (or ``{"data": [...]}``); JSONL has one
+record per line. Token and QA tasks need JSON/JSONL (their columns are lists/dicts).
+
+Hub data: ``hub=(path, config_name)`` loads with `datasets.load_dataset`; ``ClassLabel`` integers are
+turned into their names and a few tasks have a converter (KLUE-STS labels, KLUE-RE entity markers).
+**The Hub loaders cannot run in the offline development environment: they are untested here.**
+The local path is what the tests exercise.
+
+Users add a task without editing code: ``finetune.py --task-spec '{"name": ..., ...}'`` (JSON text or
+a path to a JSON file), or ``--task-type pair --text-columns a,b --label-column y [--labels x,y]``.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import random
+import sys
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable
+
+TASK_TYPES = ("single", "pair", "regression", "token", "qa")
+SPLIT_ALIASES = {"train": ("train",), "dev": ("dev", "validation", "valid", "val"), "test": ("test",)}
+EXTENSIONS = (".tsv", ".csv", ".jsonl", ".json")
+
+
+class TaskDataError(ValueError):
+    """Bad task definition or data; `finetune.py` prints the message on one line and exits 2."""
+
+
+@dataclass
+class TaskSpec:
+    name: str
+    task_type: str
+    text_columns: list[str] = field(default_factory=list)
+    label_column: str = "label"
+    labels: list[str] | None = None          # classification/NER label set; None: taken from the train split
+    metric: str = "accuracy"                 # main metric (see training/metrics_downstream.py)
+    extra_metrics: list[str] = field(default_factory=list)
+    label_range: tuple[float, float] | None = None  # regression: allowed [low, high]
+    tokens_column: str = "tokens"            # token classification
+    question_column: str = "question"        # QA
+    context_column: str = "context"
+    answers_column: str = "answers"
+    id_column: str | None = None
+    hub: tuple[str, str | None] | None = None    # (dataset id, config name) for datasets.load_dataset
+    hub_splits: dict[str, str] = field(default_factory=lambda: {"train": "train", "dev": "validation", "test": "test"})
+    converter: str | None = None             # name in CONVERTERS, applied to hub records
+    description: str = ""
+
+    def __post_init__(self):
+        if self.task_type not in TASK_TYPES:
+            raise TaskDataError(f"task {self.name!r}: task_type {self.task_type!r} is not one of {TASK_TYPES}")
+        if self.task_type in ("single", "pair", "regression"):
+            want = {"single": (1,), "pair": (2,), "regression": (1, 2)}[self.task_type]
+            if len(self.text_columns) not in want:
+                raise TaskDataError(f"task {self.name!r}: a {self.task_type} task needs {' or '.join(map(str, want))} "
+                                    f"text column(s), got {self.text_columns}")
+        if self.labels is not None:
+            self.labels = [str(label) for label in self.labels]
+            if len(set(self.labels)) != len(self.labels):
+                raise TaskDataError(f"task {self.name!r}: duplicate labels in {self.labels}")
+        if self.label_range is not None:
+            self.label_range = (float(self.label_range[0]), float(self.label_range[1]))
+        if self.hub is not None:
+            self.hub = (self.hub[0], self.hub[1] if len(self.hub) > 1 else None)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TaskSpec":
+        data = dict(data)
+        if "type" in data and "task_type" not in data:
+            data["task_type"] = data.pop("type")
+        if "columns" in data and "text_columns" not in data:
+            data["text_columns"] = data.pop("columns")
+        if isinstance(data.get("text_columns"), str):
+            data["text_columns"] = [c for c in data["text_columns"].split(",") if c]
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise TaskDataError(f"task spec: unknown field(s) {unknown}; known fields: {sorted(known)}")
+        if "name" not in data or "task_type" not in data:
+            raise TaskDataError("task spec: 'name' and 'task_type' (or 'type') are required")
+        if "metric" not in data:
+            data["metric"] = DEFAULT_METRIC[data["task_type"]] if data["task_type"] in DEFAULT_METRIC else "accuracy"
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+DEFAULT_METRIC = {"single": "accuracy", "pair": "accuracy", "regression": "spearman", "token": "entity_f1", "qa": "qa_f1"}
+
+KLUE_NER_TAGS = ["B-DT", "I-DT", "B-LC", "I-LC", "B-OG", "I-OG", "B-PS", "I-PS", "B-QT", "I-QT", "B-TI", "I-TI", "O"]
+
+REGISTRY: dict[str, TaskSpec] = {}
+
+
+def register(spec: TaskSpec) -> TaskSpec:
+    REGISTRY[spec.name] = spec
+    return spec
+
+
+# --- tasks of the XPT paper (Lee et al. 2021) -------------------------------------------------------
+register(TaskSpec("korsts", "regression", ["sentence1", "sentence2"], "score", metric="spearman",
+                  extra_metrics=["pearson"], label_range=(0.0, 5.0),
+                  description="KorSTS (kakaobrain/KorNLUDatasets): TSV sentence1 sentence2 score (0-5)"))
+register(TaskSpec("paws-x", "pair", ["sentence1", "sentence2"], "label", labels=["0", "1"], metric="accuracy",
+                  hub=("google-research-datasets/paws-x", "ko"), id_column="id",
+                  description="PAWS-X Korean paraphrase identification"))
+register(TaskSpec("kqp", "pair", ["question1", "question2"], "is_duplicate", labels=["0", "1"], metric="accuracy",
+                  description="Korean Question Pairs (songys/Question_pair): local files only"))
+register(TaskSpec("khs", "single", ["comments"], "hate", labels=["none", "offensive", "hate"], metric="accuracy",
+                  extra_metrics=["f1_macro"], hub=("kor_hate", None), hub_splits={"train": "train", "dev": "test"},
+                  description="Korean HateSpeech (kocohub/korean-hate-speech), hate label"))
+# --- NSMC (shared data) --------------------------------------------------------------------------------
+register(TaskSpec("nsmc", "single", ["document"], "label", labels=["0", "1"], metric="accuracy", id_column="id",
+                  hub=("e9t/nsmc", None), hub_splits={"train": "train", "test": "test"},
+                  description="Naver Sentiment Movie Corpus: TSV id document label (0/1)"))
+# --- KLUE (Language Chameleon; KLUE-RE in the Korean XPT paper) -------------------------------------
+register(TaskSpec("klue-ynat", "single", ["title"], "label",
+                  labels=["IT과학", "경제", "사회", "생활문화", "세계", "스포츠", "정치"], metric="f1_macro",
+                  extra_metrics=["accuracy"], hub=("klue/klue", "ynat"), description="KLUE topic classification"))
+register(TaskSpec("klue-sts", "regression", ["sentence1", "sentence2"], "label", metric="pearson",
+                  extra_metrics=["spearman"], label_range=(0.0, 5.0), hub=("klue/klue", "sts"), converter="klue_sts",
+                  description="KLUE semantic textual similarity (real-valued label 0-5)"))
+register(TaskSpec("klue-nli", "pair", ["premise", "hypothesis"], "label",
+                  labels=["entailment", "neutral", "contradiction"], metric="accuracy", hub=("klue/klue", "nli"),
+                  description="KLUE natural language inference"))
+register(TaskSpec("klue-ner", "token", label_column="ner_tags", tokens_column="tokens", labels=KLUE_NER_TAGS,
+                  metric="entity_f1", hub=("klue/klue", "ner"), description="KLUE named entity recognition (character tokens, BIO)"))
+register(TaskSpec("klue-re", "single", ["sentence"], "label", metric="f1_micro_no_relation",
+                  extra_metrics=["accuracy"], hub=("klue/klue", "re"), converter="klue_re",
+                  description="KLUE relation extraction; entities marked with typed punctuation markers; "
+                              "micro F1 without no_relation"))
+register(TaskSpec("klue-mrc", "qa", question_column="question", context_column="context", answers_column="answers",
+                  metric="qa_f1", extra_metrics=["qa_exact_match"], hub=("klue/klue", "mrc"),
+                  description="KLUE machine reading comprehension (extractive; unanswerable questions not handled)"))
+
+
+def get_task(name: str) -> TaskSpec:
+    if name not in REGISTRY:
+        raise TaskDataError(f"unknown task {name!r}; registered tasks: {', '.join(sorted(REGISTRY))} "
+                            "(or define one with --task-spec / --task-type and --text-columns)")
+    return REGISTRY[name]
+
+
+def spec_from_cli(name: str, task_spec: str | None = None, task_type: str | None = None,
+                  text_columns: str | None = None, label_column: str | None = None, labels: str | None = None,
+                  metric: str | None = None) -> TaskSpec:
+    """A registered task, optionally overridden, or a new one from `--task-spec` / column flags."""
+    if task_spec:
+        text = Path(task_spec).read_text(encoding="utf-8") if Path(task_spec).is_file() else task_spec
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise TaskDataError(f"--task-spec is neither a JSON file nor JSON text: {error}") from None
+        if not isinstance(data, dict):
+            raise TaskDataError("--task-spec must be a JSON object")
+        data.setdefault("name", name)
+        return TaskSpec.from_dict(data)
+    overrides = {k: v for k, v in dict(task_type=task_type, label_column=label_column, metric=metric).items() if v}
+    if text_columns:
+        overrides["text_columns"] = [c for c in text_columns.split(",") if c]
+    if labels:
+        overrides["labels"] = [c for c in labels.split(",") if c]
+    if name in REGISTRY:
+        if not overrides:
+            return get_task(name)
+        data = REGISTRY[name].to_dict()
+        data.update(overrides)
+        if "task_type" in overrides and "metric" not in overrides:
+            data["metric"] = DEFAULT_METRIC[overrides["task_type"]]
+        return TaskSpec.from_dict(data)
+    if not task_type:
+        get_task(name)  # raises with the list of tasks
+    return TaskSpec.from_dict({"name": name, **overrides})
+
+
+# --- reading -------------------------------------------------------------------------------------------
+def _read_table(path: Path) -> list[dict[str, Any]]:
+    if path.suffix in (".tsv", ".csv"):
+        # Plain tab/comma splitting with no quote handling for TSV: review text contains bare quotes.
+        with path.open(encoding="utf-8", newline="") as handle:
+            if path.suffix == ".tsv":
+                reader = csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+            else:
+                reader = csv.DictReader(handle)
+            rows = []
+            for line_no, row in enumerate(reader, start=2):
+                if None in row:
+                    raise TaskDataError(f"{path}:{line_no}: more fields than header columns {reader.fieldnames}")
+                rows.append(row)
+            return rows
+    if path.suffix == ".jsonl":
+        rows = []
+        with path.open(encoding="utf-8") as handle:
+            for line_no, line in enumerate(handle, start=1):
+                if line.strip():
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError as error:
+                        raise TaskDataError(f"{path}:{line_no}: invalid JSON ({error})") from None
+        return rows
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise TaskDataError(f"{path}: invalid JSON ({error})") from None
+    if isinstance(data, dict) and isinstance(data.get("data"), list):
+        data = data["data"]
+    if not isinstance(data, list):
+        raise TaskDataError(f"{path}: expected a list of records or {{\"data\": [...]}}")
+    return data
+
+
+def find_split_files(data_dir: Path) -> dict[str, Path]:
+    files = {}
+    for split, aliases in SPLIT_ALIASES.items():
+        for alias in aliases:
+            found = [data_dir / f"{alias}{ext}" for ext in EXTENSIONS if (data_dir / f"{alias}{ext}").is_file()]
+            if found:
+                files[split] = found[0]
+                break
+    return files
+
+
+def load_local(spec: TaskSpec, data_dir: str | Path) -> dict[str, list[dict[str, Any]]]:
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise TaskDataError(f"--data-dir {data_dir} is not a directory")
+    files = find_split_files(data_dir)
+    if "train" not in files or "dev" not in files:
+        raise TaskDataError(f"{data_dir}: need train and dev files named train/dev (or validation).{{tsv,csv,json,jsonl}}; "
+                            f"found {sorted(p.name for p in files.values()) or 'none'}")
+    return {split: _read_table(path) for split, path in files.items()}
+
+
+def _classlabel_to_names(dataset) -> list[dict[str, Any]]:
+    """Records of a `datasets.Dataset`, with ClassLabel ints (also inside Sequence) turned into names."""
+    from datasets import ClassLabel, Sequence  # local import: only the Hub path needs it
+
+    converters: dict[str, Callable] = {}
+    for column, feature in dataset.features.items():
+        if isinstance(feature, ClassLabel):
+            converters[column] = lambda v, f=feature: f.int2str(v) if isinstance(v, int) and v >= 0 else v
+        elif isinstance(feature, Sequence) and isinstance(feature.feature, ClassLabel):
+            converters[column] = lambda vs, f=feature.feature: [f.int2str(v) for v in vs]
+        elif isinstance(feature, list) and feature and isinstance(feature[0], ClassLabel):
+            converters[column] = lambda vs, f=feature[0]: [f.int2str(v) for v in vs]
+    rows = []
+    for row in dataset:
+        rows.append({k: converters[k](v) if k in converters else v for k, v in row.items()})
+    return rows
+
+
+def _convert_klue_sts(row):
+    row = dict(row)
+    row["label"] = row["labels"]["real-label"] if isinstance(row.get("labels"), dict) else row["label"]
+    return row
+
+
+def _convert_klue_re(row):
+    """Typed entity markers with punctuation (Zhou & Chen 2021, as in the KLUE-RE baseline): no new tokens."""
+    row = dict(row)
+    sentence, subj, obj = row["sentence"], row["subject_entity"], row["object_entity"]
+    marks = [(subj["start_idx"], subj["end_idx"], f"@ * {subj['type']} * ", " @"),
+             (obj["start_idx"], obj["end_idx"], f"# ^ {obj['type']} ^ ", " #")]
+    for start, end, left, right in sorted(marks, key=lambda m: m[0], reverse=True):
+        sentence = sentence[:start] + left + sentence[start:end + 1] + right + sentence[end + 1:]
+    row["sentence"] = sentence
+    return row
+
+
+CONVERTERS: dict[str, Callable[[dict], dict]] = {"klue_sts": _convert_klue_sts, "klue_re": _convert_klue_re}
+
+
+def load_hub(spec: TaskSpec) -> dict[str, list[dict[str, Any]]]:  # pragma: no cover - needs the network
+    """UNTESTED OFFLINE: `datasets.load_dataset(*spec.hub)`, ClassLabels as names, optional converter."""
+    from datasets import load_dataset
+
+    path, name = spec.hub
+    dataset = load_dataset(path, name)
+    out = {}
+    for split, hub_split in spec.hub_splits.items():
+        if hub_split in dataset:
+            rows = _classlabel_to_names(dataset[hub_split])
+            if spec.converter:
+                rows = [CONVERTERS[spec.converter](row) for row in rows]
+            out[split] = rows
+    if spec.labels is None and "train" in dataset:
+        from datasets import ClassLabel
+        feature = dataset["train"].features.get(spec.label_column)
+        if isinstance(feature, ClassLabel):
+            spec.labels = list(feature.names)
+    return out
+
+
+def load_task_data(spec: TaskSpec, data_dir: str | Path | None, max_train_samples: int | None = None,
+                   max_eval_samples: int | None = None, data_seed: int = 0) -> dict[str, list[dict[str, Any]]]:
+    """Load and validate train/dev(/test) records; subsample with a fixed data seed (shared by all runs)."""
+    if data_dir is not None:
+        splits = load_local(spec, data_dir)
+    elif spec.hub is not None:
+        try:
+            splits = load_hub(spec)
+        except Exception as error:  # network, missing dataset, ...: one clear line
+            raise TaskDataError(f"could not load {spec.hub} from the Hugging Face Hub: {type(error).__name__}: "
+                                f"{str(error).splitlines()[0] if str(error) else ''} (pass --data-dir for local files)") from None
+        if "dev" not in splits and "test" in splits:  # e.g. NSMC on the Hub: hold out 10% of train as dev
+            rng = random.Random(data_seed)
+            train = splits["train"][:]
+            rng.shuffle(train)
+            cut = max(1, len(train) // 10)
+            splits["dev"], splits["train"] = train[:cut], train[cut:]
+    else:
+        raise TaskDataError(f"task {spec.name!r} has no Hub dataset; pass --data-dir with train/dev files")
+    for split, limit in (("train", max_train_samples), ("dev", max_eval_samples), ("test", max_eval_samples)):
+        if limit is not None and split in splits and len(splits[split]) > limit:
+            rows = splits[split][:]
+            random.Random(data_seed).shuffle(rows)
+            splits[split] = rows[:limit]
+    validate(spec, splits)
+    return splits
+
+
+# --- validation ----------------------------------------------------------------------------------------
+def required_columns(spec: TaskSpec) -> list[str]:
+    if spec.task_type == "token":
+        return [spec.tokens_column, spec.label_column]
+    if spec.task_type == "qa":
+        return [spec.question_column, spec.context_column, spec.answers_column]
+    return list(spec.text_columns) + [spec.label_column]
+
+
+def validate(spec: TaskSpec, splits: dict[str, list[dict[str, Any]]]) -> None:
+    """Columns present, no empty split, labels in the declared set (or numeric within range). Fills in
+    `spec.labels` from the train split when the spec leaves it open."""
+    for split, rows in splits.items():
+        if not rows:
+            raise TaskDataError(f"task {spec.name!r}: the {split} split is empty")
+        missing = [c for c in required_columns(spec) if c not in rows[0]]
+        if missing:
+            raise TaskDataError(f"task {spec.name!r}: {split} split has no column(s) {missing}; "
+                                f"columns are {sorted(rows[0])}")
+    if spec.task_type in ("single", "pair"):
+        if spec.labels is None:
+            spec.labels = sorted({str(r[spec.label_column]) for r in splits["train"]})
+        allowed = set(spec.labels)
+        for split, rows in splits.items():
+            for i, row in enumerate(rows):
+                value = row[spec.label_column]
+                if value is None or str(value) not in allowed:
+                    raise TaskDataError(f"task {spec.name!r}: {split} row {i} has label {value!r}, "
+                                        f"not in the declared label set {spec.labels}")
+        if len(allowed) < 2:
+            raise TaskDataError(f"task {spec.name!r}: need at least 2 labels, got {spec.labels}")
+    elif spec.task_type == "regression":
+        for split, rows in splits.items():
+            for i, row in enumerate(rows):
+                try:
+                    value = float(row[spec.label_column])
+                except (TypeError, ValueError):
+                    raise TaskDataError(f"task {spec.name!r}: {split} row {i} has non-numeric label "
+                                        f"{row[spec.label_column]!r}") from None
+                if spec.label_range and not spec.label_range[0] <= value <= spec.label_range[1]:
+                    raise TaskDataError(f"task {spec.name!r}: {split} row {i} has label {value}, "
+                                        f"outside the declared range {list(spec.label_range)}")
+    elif spec.task_type == "token":
+        if spec.labels is None:
+            spec.labels = sorted({t for r in splits["train"] for t in r[spec.label_column]})
+        allowed = set(spec.labels)
+        for split, rows in splits.items():
+            for i, row in enumerate(rows):
+                tokens, tags = row[spec.tokens_column], row[spec.label_column]
+                if not isinstance(tokens, list) or not isinstance(tags, list) or len(tokens) != len(tags):
+                    raise TaskDataError(f"task {spec.name!r}: {split} row {i}: {spec.tokens_column!r} and "
+                                        f"{spec.label_column!r} must be lists of equal length")
+                bad = [t for t in tags if t not in allowed]
+                if bad:
+                    raise TaskDataError(f"task {spec.name!r}: {split} row {i} has tag {bad[0]!r}, "
+                                        f"not in the declared label set {spec.labels}")
+    elif spec.task_type == "qa":
+        for split, rows in splits.items():
+            for i, row in enumerate(rows):
+                answers = row[spec.answers_column]
+                if (not isinstance(answers, dict) or not answers.get("text")
+                        or len(answers["text"]) != len(answers.get("answer_start", []))):
+                    raise TaskDataError(f"task {spec.name!r}: {split} row {i}: {spec.answers_column!r} must be "
+                                        "{'text': [...], 'answer_start': [...]} with at least one answer")
+                context = row[spec.context_column]
+                for text, start in zip(answers["text"], answers["answer_start"]):
+                    if context[start:start + len(text)] != text:
+                        raise TaskDataError(f"task {spec.name!r}: {split} row {i}: answer {text!r} is not at "
+                                            f"character {start} of the context")
+
+
+def describe_registry() -> str:
+    return "\n".join(f"{name:10s} {spec.task_type:10s} {spec.metric:22s} {spec.description}"
+                     for name, spec in sorted(REGISTRY.items()))
+
+
+if __name__ == "__main__":  # `python training/tasks.py` lists the registry
+    sys.stdout.write(describe_registry() + "\n")
