@@ -288,7 +288,7 @@ def test_batch_must_divide_by_world_size_times_accumulation(tiny, tmp_path, caps
     assert "`global_batch_size`" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["demo", "xpt-ko-400k", "xpt-ko-4m"])
+@pytest.mark.parametrize("name", ["demo", "xpt-ko-400k", "xpt-ko-4m", "shared-minilm"])
 def test_shipped_configs_dry_run_offline(name, capsys):
     assert post_train.main(["--config", str(REPO_ROOT / "configs" / f"{name}.yaml"), "--dry-run"]) == 0
     out = capsys.readouterr().out
@@ -490,3 +490,39 @@ def test_output_dir_guard_resume_of_finished_run_and_checkpoint_cleanup(tiny, tm
     _reset_accelerate()
     third = run_inprocess(run_args(tiny, out, train_steps=3, phase1_steps=1, overwrite_output_dir="true"))
     assert losses(out)[-1]["step"] == 3 and third["final_metrics"] == first["final_metrics"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Optional word-order prediction (off by default)
+# ----------------------------------------------------------------------------------------------
+
+
+def test_word_order_shuffle_keeps_masked_and_special_tokens_and_sentences():
+    from training.mlm_data import shuffle_word_order
+
+    special = np.array([0, 1, 2])
+    ids = np.array([0] + list(range(10, 50)) + [2, 0] + list(range(60, 100)) + [2])
+    labels = np.full_like(ids, -100)
+    labels[[3, 7, 50]] = ids[[3, 7, 50]]
+    original = ids.copy()
+    targets = shuffle_word_order(ids, labels, [42, 42], special, 0.15, np.random.default_rng(0))
+    moved = np.flatnonzero(targets != -100)
+    assert moved.size >= 4 and not np.isin(moved, [0, 3, 7, 41, 42, 50, 83]).any()
+    for pos in moved:  # the token now at pos came from its sentence's position targets[pos]
+        sentence_start = 0 if pos < 42 else 42
+        assert original[sentence_start + targets[pos]] == ids[pos]
+    assert sorted(ids[moved]) == sorted(original[moved])  # a permutation within the chosen positions
+    assert (ids[targets == -100] == original[targets == -100]).all()
+
+
+def test_wop_auxiliary_objective_trains_and_is_not_saved(tiny, tmp_path):
+    summary = run_inprocess(run_args(tiny, tmp_path / "wop", wop_probability=1.0, wop_fraction=0.5))
+    records = losses(tmp_path / "wop")
+    assert all(math.isfinite(r["wop_loss"]) for r in records) and len(records) == 8
+    assert summary["config"]["wop_probability"] == 1.0
+    from transformers import AutoModelForMaskedLM
+
+    AutoModelForMaskedLM.from_pretrained(tmp_path / "wop", trust_remote_code=True)  # plain XPT folder
+    from safetensors.torch import load_file
+
+    assert not any("wop" in k for k in load_file(str(tmp_path / "wop" / "model.safetensors")))

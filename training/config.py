@@ -101,6 +101,10 @@ class PostTrainConfig:
     mask_replace_prob: float = 0.8  # of the selected tokens: [MASK]
     random_replace_prob: float = 0.1  # of the selected tokens: a random token (rest unchanged)
     whole_word_masking: bool = False
+    # --- optional auxiliary objective: word-order prediction (KoreALBERT), off by default -----------
+    wop_probability: float = 0.0  # share of rows whose word order is partly shuffled
+    wop_fraction: float = 0.15  # at most this share of a sentence's (unmasked, non-special) tokens moves
+    wop_weight: float = 1.0
     # --- phases and optimisation ----------------------------------------------------------------
     phases: list[PhaseConfig] | None = None  # explicit phases; None: derived from method (see module doc)
     train_steps: int = 2000
@@ -375,6 +379,10 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
         raise ConfigError("mlm_probability", f"must be in (0, 1), got {c.mlm_probability}")
     if c.mask_replace_prob < 0 or c.random_replace_prob < 0 or c.mask_replace_prob + c.random_replace_prob > 1:
         raise ConfigError("mask_replace_prob", "mask_replace_prob and random_replace_prob must be >= 0 and sum to <= 1")
+    if not 0 <= c.wop_probability <= 1:
+        raise ConfigError("wop_probability", f"must be in [0, 1], got {c.wop_probability}")
+    if not 0 < c.wop_fraction <= 1:
+        raise ConfigError("wop_fraction", f"must be in (0, 1], got {c.wop_fraction}")
     if not c.phases and c.method in ("xpt", "xpt-no-itl"):
         if c.phase1_steps <= 0:
             raise ConfigError("phase1_steps", f"must be > 0, got {c.phase1_steps}")
@@ -484,10 +492,16 @@ def describe_plan(c: PostTrainConfig, world_size: int) -> str:
         f"mixed precision     {c.mixed_precision}",
         "phases:",
     ]
+    head_note = ""
+    local = resolve_local(resolve_source(c.source))
+    if local is not None and (local / "config.json").is_file() and c.train_fresh_head_in_phase1:
+        architectures = json.loads((local / "config.json").read_text()).get("architectures") or []
+        if architectures and not any(a.endswith(("ForMaskedLM", "ForPreTraining")) for a in architectures):
+            head_note = " + lm_head_transform (the source has no MLM head)"
     for p in phases:
         stop = f", early stop after {p.early_stopping_patience} evals w/o improvement" if p.early_stopping_patience else ""
         lines.append(f"  {p.name:<10} {p.steps:>8} steps  lr {p.learning_rate:g} ({p.schedule}, warmup {p.warmup_steps})"
-                     f"  trains {', '.join(p.groups()) if p.trainable_groups != ALL_GROUPS else 'all groups'}{stop}")
+                     f"  trains {', '.join(p.groups()) + head_note if p.trainable_groups != ALL_GROUPS else 'all groups'}{stop}")
     lines.append(f"total               {total} steps, {total * c.global_batch_size:,} sequences, "
                  f"<= {total * tokens_per_step:,} tokens")
     lines.append(f"eval every {c.eval_steps} steps, checkpoint every {c.save_steps} (keep {c.save_total_limit}), "

@@ -392,9 +392,33 @@ def row_rng(seed: int, epoch: int, row: int) -> np.random.Generator:
     return np.random.default_rng([seed, epoch, int(row)])
 
 
+def shuffle_word_order(ids: np.ndarray, labels: np.ndarray, seg_lengths, special: np.ndarray, fraction: float,
+                       rng: np.random.Generator) -> np.ndarray:
+    """Word-order prediction (KoreALBERT's WOP), in place on `ids`: within each sentence of the row,
+    permute up to `fraction` of the tokens that are neither special nor selected for MLM (masked
+    tokens never move and nothing crosses a sentence). Returns the WOP targets: at every shuffled
+    position, the original in-sentence position of the token now there; -100 elsewhere."""
+    targets = np.full_like(ids, -100)
+    start = 0
+    for seg_len in seg_lengths:
+        span = np.arange(start, start + seg_len)
+        start += seg_len
+        movable = span[(labels[span] == -100) & ~np.isin(ids[span], special)]
+        k = int(fraction * movable.size)
+        if k < 2:
+            continue
+        chosen = np.sort(rng.choice(movable, size=int(rng.integers(2, k + 1)), replace=False))
+        origin = chosen[rng.permutation(chosen.size)]
+        ids[chosen] = ids[origin].copy()
+        targets[chosen] = origin - span[0]
+    return targets
+
+
 def collate(rows: list[dict], row_indices, *, masker: Masker, seed: int, epoch: int, pad_id: int,
-            position_offset: int, packing: bool) -> dict[str, torch.Tensor]:
-    """Masked, padded batch. Packed rows get a (B, T, T) block mask and per-sentence positions."""
+            position_offset: int, packing: bool, wop_probability: float = 0.0,
+            wop_fraction: float = 0.15) -> dict[str, torch.Tensor]:
+    """Masked, padded batch. Packed rows get a (B, T, T) block mask and per-sentence positions.
+    With `wop_probability` > 0 that share of rows also gets word-order shuffling (`wop_labels`)."""
     length = max(len(r["input_ids"]) for r in rows)
     b = len(rows)
     input_ids = np.full((b, length), pad_id, dtype=np.int64)
@@ -402,10 +426,13 @@ def collate(rows: list[dict], row_indices, *, masker: Masker, seed: int, epoch: 
     pad_position = position_offset - 1 if position_offset > 0 else 0
     position_ids = np.full((b, length), pad_position, dtype=np.int64)
     segment = np.full((b, length), -1, dtype=np.int64)
+    wop_labels = np.full((b, length), -100, dtype=np.int64) if wop_probability > 0 else None
     for i, (row, index) in enumerate(zip(rows, row_indices)):
-        ids, lab = masker.mask_row(np.asarray(row["input_ids"]), np.asarray(row["word_start"]),
-                                   row_rng(seed, epoch, index))
+        rng = row_rng(seed, epoch, index)
+        ids, lab = masker.mask_row(np.asarray(row["input_ids"]), np.asarray(row["word_start"]), rng)
         n = len(ids)
+        if wop_labels is not None and rng.random() < wop_probability:
+            wop_labels[i, :n] = shuffle_word_order(ids, lab, row["seg_lengths"], masker.special, wop_fraction, rng)
         input_ids[i, :n], labels[i, :n] = ids, lab
         start = 0
         for s, seg_len in enumerate(row["seg_lengths"]):
@@ -414,6 +441,8 @@ def collate(rows: list[dict], row_indices, *, masker: Masker, seed: int, epoch: 
             start += seg_len
     batch = {"input_ids": torch.from_numpy(input_ids), "labels": torch.from_numpy(labels),
              "position_ids": torch.from_numpy(position_ids)}
+    if wop_labels is not None:
+        batch["wop_labels"] = torch.from_numpy(wop_labels)
     seg = torch.from_numpy(segment)
     if packing:
         batch["attention_mask"] = (seg[:, :, None] == seg[:, None, :]) & (seg[:, :, None] >= 0)

@@ -41,8 +41,13 @@ The loop, top to bottom (`train`):
 
 Streaming (`--streaming true`, Hub ids): only the first max_train_sentences + valid + test records
 are read and materialised once; the tokenised rows are memory-mapped Arrow files either way, so a
-4M-sentence corpus never has to fit in RAM. Not implemented: the optional word-order-prediction
-(WOP) objective.
+4M-sentence corpus never has to fit in RAM.
+
+Optional auxiliary objective (off by default): word-order prediction (KoreALBERT's WOP), with
+`--wop-probability P`: a share P of the rows shuffles up to `wop_fraction` of the tokens of each
+sentence (never masked tokens, never across sentences) and a linear head on the last hidden state
+predicts each shuffled token's original position; its loss (token mean over the global batch)
+is added with weight `wop_weight`. The head is not saved with the model.
 """
 from __future__ import annotations
 
@@ -114,6 +119,39 @@ def build_optimizer(model, phase, config: PostTrainConfig):
                                   betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_epsilon)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, WarmupSchedule(phase.warmup_steps, phase.steps, phase.schedule))
     return optimizer, scheduler
+
+
+class WOPObjective:
+    """Namespace for the auxiliary word-order-prediction module (built lazily: torch is imported late)."""
+
+    @staticmethod
+    def build(mlm, num_positions: int):
+        import torch
+        import torch.nn.functional as F
+
+        class MLMWithWOP(torch.nn.Module):
+            """MLM model plus KoreALBERT's word-order prediction head: from the last hidden state of every
+            shuffled token, predict its original in-sentence position (`wop_labels`). The head is
+            auxiliary: it is checkpointed with the run but not part of the saved model."""
+
+            def __init__(self):
+                super().__init__()
+                self.mlm = mlm
+                self.wop_head = torch.nn.Linear(mlm.config.hidden_size, num_positions)
+
+            def forward(self, wop_labels=None, **batch):
+                out = self.mlm(**batch, output_hidden_states=wop_labels is not None)
+                out.wop_loss_sum = torch.zeros((), device=batch["input_ids"].device)
+                if wop_labels is not None:
+                    chosen = wop_labels.ne(-100)
+                    logits = self.wop_head(out.hidden_states[-1][chosen]).float()
+                    # an empty selection still runs the head, so DDP sees its (zero) gradient
+                    out.wop_loss_sum = F.cross_entropy(logits, wop_labels[chosen], reduction="sum") \
+                        if logits.shape[0] else logits.sum()
+                    out.hidden_states = None
+                return out
+
+        return MLMWithWOP()
 
 
 def detect_tokenizer_family(tokenizer) -> str | None:
@@ -297,6 +335,9 @@ def train(config: PostTrainConfig) -> dict:
     model = build_model(config, source, tokenizer)
     if not hasattr(model, "conversion_report"):
         model.conversion_report = {}
+    use_wop = config.wop_probability > 0
+    # the module that trains: the MLM model, or the MLM model plus the auxiliary WOP head
+    train_module = WOPObjective.build(model, config.max_seq_length) if use_wop else model
     position_offset = model.config.position_offset
     cache_key = {"data": describe_data_source(data), "data_config": config.data_config, "streaming": config.streaming,
                  "valid": config.valid_size,
@@ -316,7 +357,9 @@ def train(config: PostTrainConfig) -> dict:
                              lengths=None if config.packing else [len(x) for x in rows["train"]["input_ids"]])
     micro_batches = TrainMicroBatches(rows["train"], schedule, rank=accelerator.process_index, world=world,
                                       micro=micro, accumulation=accumulation,
-                                      collate_kwargs=dict(collate_kwargs, seed=config.seed))
+                                      collate_kwargs=dict(collate_kwargs, seed=config.seed,
+                                                          wop_probability=config.wop_probability,
+                                                          wop_fraction=config.wop_fraction))
     eval_kwargs = dict(collate_kwargs, seed=config.eval_seed)
 
     if trackers:
@@ -345,10 +388,10 @@ def train(config: PostTrainConfig) -> dict:
                 and "target_embeddings" in groups and "lm_head_transform" not in groups):
             groups.append("lm_head_transform")
             log(f"{phase.name}: the source had no MLM head, so the fresh head transform trains too")
-        model.set_trainable_groups(groups)
-        model.train()
-        optimizer, scheduler = build_optimizer(model, phase, config)
-        wrapped, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+        model.set_trainable_groups(groups)  # (the WOP head, if any, always trains)
+        train_module.train()
+        optimizer, scheduler = build_optimizer(train_module, phase, config)
+        wrapped, optimizer, scheduler = accelerator.prepare(train_module, optimizer, scheduler)
         if resuming:
             accelerator.load_state(str(resume_from))
             resuming = False
@@ -359,10 +402,12 @@ def train(config: PostTrainConfig) -> dict:
         while state["phase_step"] < phase.steps:
             batches = [next(loader) for _ in range(accumulation)]
             counts = torch.tensor([sum(int(b["labels"].ne(-100).sum()) for b in batches),
-                                   sum(int(b["input_ids"].ne(tokenizer.pad_token_id).sum()) for b in batches)],
+                                   sum(int(b["input_ids"].ne(tokenizer.pad_token_id).sum()) for b in batches),
+                                   sum(int(b["wop_labels"].ne(-100).sum()) for b in batches) if use_wop else 0],
                                   device=accelerator.device, dtype=torch.float64)
-            global_masked, global_tokens = accelerator.reduce(counts, reduction="sum").tolist()
+            global_masked, global_tokens, global_wop = accelerator.reduce(counts, reduction="sum").tolist()
             loss_sum = torch.zeros((), device=accelerator.device, dtype=torch.float64)
+            wop_sum = torch.zeros((), device=accelerator.device, dtype=torch.float64)
             for a, batch in enumerate(batches):
                 batch = {k: v.to(accelerator.device) for k, v in batch.items() if k != "step"}
                 n_local = int(batch["labels"].ne(-100).sum())
@@ -370,15 +415,22 @@ def train(config: PostTrainConfig) -> dict:
                 with (accelerator.no_sync(wrapped) if not sync and world > 1 else _nullcontext()):
                     out = wrapped(**batch)
                     loss = out.loss * (n_local * world / max(1.0, global_masked))
+                    if use_wop:
+                        loss = loss + config.wop_weight * out.wop_loss_sum * (world / max(1.0, global_wop))
+                        wop_sum += out.wop_loss_sum.detach().double()
                     accelerator.backward(loss)
                 loss_sum += out.loss.detach().double() * n_local
             if config.max_grad_norm and config.max_grad_norm > 0:
-                accelerator.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], config.max_grad_norm)
+                accelerator.clip_grad_norm_([p for p in train_module.parameters() if p.requires_grad],
+                                            config.max_grad_norm)
             optimizer.step()
             lr = scheduler.get_last_lr()[0]
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step_loss = accelerator.reduce(loss_sum, reduction="sum").item() / max(1.0, global_masked)
+            record = {"step": state["step"] + 1, "phase": phase.name, "loss": step_loss}
+            if use_wop:
+                record["wop_loss"] = accelerator.reduce(wop_sum, reduction="sum").item() / max(1.0, global_wop)
             state["step"] += 1
             state["phase_step"] += 1
             state["tokens_seen"] += int(global_tokens)
@@ -386,14 +438,15 @@ def train(config: PostTrainConfig) -> dict:
             step = state["step"]
             if accelerator.is_main_process:
                 with open(loss_log, "a") as handle:
-                    handle.write(json.dumps({"step": step, "phase": phase.name, "loss": step_loss, "lr": lr}) + "\n")
+                    handle.write(json.dumps({**record, "lr": lr}) + "\n")
             progress.update(1)
             if step % config.logging_steps == 0 or state["phase_step"] == phase.steps:
                 elapsed = max(1e-9, time.time() - tick)
                 tokens_per_s = tick_tokens / elapsed
                 progress.set_postfix(phase=phase.name, loss=f"{step_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:,.0f}")
                 accelerator.log({"train/loss": step_loss, "train/lr": lr, "train/tokens_per_s": tokens_per_s,
-                                 "train/phase": phase_index, "train/tokens_seen": state["tokens_seen"]}, step=step)
+                                 "train/phase": phase_index, "train/tokens_seen": state["tokens_seen"],
+                                 **({"train/wop_loss": record["wop_loss"]} if use_wop else {})}, step=step)
                 tick, tick_tokens = time.time(), 0
             if step % config.eval_steps == 0 and state["phase_step"] < phase.steps:
                 metrics = evaluate(model, rows["valid"], accelerator=accelerator, batch_size=micro,
@@ -435,7 +488,8 @@ def train(config: PostTrainConfig) -> dict:
             "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad)})
         state["phase_index"] = phase_index + 1
         state["phase_step"] = 0
-        model = accelerator.unwrap_model(wrapped)
+        train_module = accelerator.unwrap_model(wrapped)
+        model = train_module.mlm if use_wop else train_module
         del wrapped, optimizer, scheduler
         accelerator.free_memory()
     progress.close()
