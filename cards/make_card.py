@@ -426,7 +426,9 @@ def _limitations_section(info: FolderInfo, known_data) -> list[str]:
     else:
         lines.append("- The Korean it knows reflects its post-training data (see above); domains absent from that "
                      "data are modelled less well, and biases in it can be reproduced by the model.")
-    lines.append("- The English source model's own biases carry over through the reused layers (except the Scratch baseline).")
+    method = s.get("method") or ((info.own_results or {}).get("post_training") or {}).get("method")
+    if method != "scratch":
+        lines.append("- The reused layers come from an English model: its own biases can carry over.")
     lines.append("- An encoder: it fills masks and produces representations; it does not generate text. Fine-tune it "
                  "for a downstream task.")
     if info.is_fine_tuned:
@@ -484,7 +486,7 @@ def build_card(model_dir: str | Path, *, repo_id: str | None = None, license: st
              "an encoder layer are added, one between the embeddings and the first reused layer and one after the "
              "last. Post-training uses masked language modelling in two phases: first only the new embeddings, the "
              "two ITLs and the output bias are trained while the reused layers stay frozen, then everything is "
-             "trained. The paper shows this needs far less Korean text than training from scratch.", ""]
+             "trained. The paper reports that this reaches or beats Korean models trained from scratch on much more text.", ""]
     lines += _made_section(info, tokenizer)
     lines += _usage_section(info, repo_ref, widgets, variant)
     lines += _results_section(info)

@@ -1,0 +1,184 @@
+"""Write (and optionally run) a small Gradio demo Space for an XPT folder.
+
+    python -m cards.space runs/xpt-ko-4m --out runs/xpt-ko-4m-space [--repo-id org/xpt-ko-4m]
+    python -m cards.space runs/xpt-ko-4m --out runs/xpt-ko-4m-space --serve --port 7860
+
+The app folder holds `app.py` (Korean text in; top-k fill-mask predictions, or class
+probabilities for a fine-tuned classifier, out), `requirements.txt` and a `README.md` with the
+Space metadata (sdk gradio, app_file, models). Upload the folder as a Gradio Space. The model the
+app loads is `--repo-id` (a Hub repo; what a Space needs) or, without it, the folder's absolute
+path; the environment variable XPT_MODEL overrides either at run time.
+
+`--serve` runs the written app.py as a Space would (its own folder as working directory, no
+PYTHONPATH, so only the model folder's remote code is used) on 127.0.0.1:PORT until stopped.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from .folder import inspect_folder, looks_like_hub_id
+from .make_card import CLASSIFICATION_EXAMPLES, DEFAULT_LICENSE, fill_mask_widgets, load_tokenizer
+
+REQUIREMENTS = ["torch>=2.4", "transformers>=5.17,<6", "tokenizers>=0.21", "safetensors>=0.4"]
+
+APP_TEMPLATE = '''"""Gradio demo of the Korean XPT model {model_label} (written by `python -m cards.space`).
+
+Task: {task}. Set XPT_MODEL to load another repo or a local folder.
+"""
+import os
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+import gradio as gr  # noqa: E402
+from transformers import pipeline  # noqa: E402
+
+MODEL = os.environ.get("XPT_MODEL", {model_ref!r})
+TASK = {task!r}
+TRUST_REMOTE_CODE = {trust!r}  # the XPT model code lives in the model repo (configuration_xpt.py, modeling_xpt.py)
+DEFAULT_TOP_K = {top_k!r}
+EXAMPLES = {examples!r}
+
+pipe = pipeline(TASK, model=MODEL, trust_remote_code=TRUST_REMOTE_CODE)
+MASK = pipe.tokenizer.mask_token
+
+
+def predict(text, top_k):
+    text = (text or "").strip()
+    if not text:
+        raise gr.Error("Type a Korean sentence.")
+    top_k = int(top_k)
+    if TASK == "fill-mask":
+        if text.count(MASK) != 1:
+            raise gr.Error(f"Put exactly one {{MASK}} where a word is missing.")
+        preds = pipe(text, top_k=top_k)
+        rows = [[i + 1, p["token_str"], f"{{p['score']:.4f}}", p["sequence"]] for i, p in enumerate(preds)]
+        return {{f"{{i + 1}}. {{p['token_str']}}": float(p["score"]) for i, p in enumerate(preds)}}, rows
+    preds = sorted(pipe(text, top_k=None), key=lambda p: -p["score"])[:top_k]
+    rows = [[i + 1, p["label"], f"{{p['score']:.4f}}"] for i, p in enumerate(preds)]
+    return {{p["label"]: float(p["score"]) for p in preds}}, rows
+
+
+HEADERS = ["rank", "token", "probability", "sentence"] if TASK == "fill-mask" else ["rank", "label", "probability"]
+INSTRUCTIONS = (f"Type a Korean sentence with **{{MASK}}** where a word is missing; the model ranks the tokens that "
+                f"fit." if TASK == "fill-mask" else "Type a Korean sentence; the model gives the probability of each class.")
+
+with gr.Blocks(title="XPT Korean demo") as demo:
+    gr.Markdown(f"# Korean XPT encoder: {{TASK}}\\n\\nModel: `{{MODEL}}`. {{INSTRUCTIONS}}")
+    with gr.Row():
+        with gr.Column():
+            text = gr.Textbox(label="Korean text", value=EXAMPLES[0] if EXAMPLES else "", lines=2, elem_id="input-text")
+            top_k = gr.Slider(1, 20, value=DEFAULT_TOP_K, step=1, label="top-k", elem_id="top-k")
+            button = gr.Button("Predict", variant="primary", elem_id="submit-button")
+        with gr.Column():
+            label = gr.Label(label="Predictions", elem_id="predictions-label")
+            table = gr.Dataframe(headers=HEADERS, label="Ranked predictions", elem_id="predictions-table",
+                                 interactive=False)
+    if EXAMPLES:
+        gr.Examples(EXAMPLES, inputs=text)
+    button.click(predict, inputs=[text, top_k], outputs=[label, table])
+    text.submit(predict, inputs=[text, top_k], outputs=[label, table])
+
+if __name__ == "__main__":
+    demo.launch()
+'''
+
+
+def _gradio_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gradio")
+    except PackageNotFoundError:
+        return None
+
+
+def space_readme(*, title: str, model_ref: str, repo_id: str | None, task: str, license: str,
+                 sdk_version: str | None) -> str:
+    from huggingface_hub import SpaceCard, SpaceCardData
+
+    data = SpaceCardData(title=title[:60], sdk="gradio", sdk_version=sdk_version, app_file="app.py",
+                         license=license, models=[repo_id] if repo_id else None, emoji="🇰🇷",
+                         colorFrom="blue", colorTo="red", pinned=False,
+                         short_description=f"Korean XPT encoder: {task} demo"[:60],
+                         tags=["xpt", "korean", task])
+    body = [f"# {title}", "",
+            f"Gradio demo of the Korean XPT (cross-lingual post-training) model `{model_ref}`: "
+            + ("type a sentence with the mask token, get the top-k tokens that fit." if task == "fill-mask"
+               else "type a sentence, get the class probabilities."), "",
+            "Written by `python -m cards.space`. The model code is loaded from the model repository with "
+            "`trust_remote_code=True`; the environment variable `XPT_MODEL` selects another model."]
+    if not repo_id:
+        body += ["", "**Before deploying**: this app points at a local folder; set `XPT_MODEL` (Space variable) "
+                 "to the Hub repo of the model, or rewrite the folder with `--repo-id`."]
+    return SpaceCard.from_template(data, template_str="---\n{{ card_data }}\n---\n\n{{ body }}\n",
+                                   body="\n".join(body)).content
+
+
+def write_space(model_dir: str | Path, out: str | Path, *, repo_id: str | None = None, top_k: int = 5,
+                license: str = DEFAULT_LICENSE, sdk_version: str | None = None) -> Path:
+    info = inspect_folder(model_dir, load_tokenizer=False)
+    task = info.pipeline_tag
+    if task not in ("fill-mask", "text-classification"):
+        raise ValueError(f"the demo supports fill-mask and text-classification models; {model_dir} is {task}")
+    tokenizer = load_tokenizer(info.path)
+    examples = ([w["text"] for w in fill_mask_widgets(tokenizer)] if task == "fill-mask" else list(CLASSIFICATION_EXAMPLES))
+    if repo_id and not looks_like_hub_id(repo_id):
+        raise ValueError(f"repo id {repo_id!r} must look like ORG/NAME")
+    model_ref = repo_id or str(info.path.resolve())
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    app = APP_TEMPLATE.format(model_label=repo_id or info.path.resolve().name, model_ref=model_ref, task=task,
+                              trust=not info.is_stock, top_k=int(top_k), examples=examples)
+    compile(app, "app.py", "exec")  # a template error must fail here, not in the Space
+    (out / "app.py").write_text(app, encoding="utf-8")
+    (out / "requirements.txt").write_text("\n".join(REQUIREMENTS) + "\n", encoding="utf-8")
+    title = f"XPT Korean {task}: {(repo_id or info.path.resolve().name).split('/')[-1]}"
+    (out / "README.md").write_text(space_readme(title=title, model_ref=model_ref, repo_id=repo_id, task=task,
+                                                license=license, sdk_version=sdk_version or _gradio_version()),
+                                   encoding="utf-8")
+    return out
+
+
+def serve(app_dir: Path, *, model: str, port: int, host: str = "127.0.0.1") -> None:
+    """Replace this process with `python app.py` in `app_dir` (as a Space runs it)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.update(GRADIO_SERVER_PORT=str(port), GRADIO_SERVER_NAME=host, XPT_MODEL=model,
+               GRADIO_ANALYTICS_ENABLED="False", TOKENIZERS_PARALLELISM="false")
+    os.chdir(app_dir)
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable, "app.py"], env)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cards.space", description=__doc__.split("\n")[0])
+    parser.add_argument("model_dir", help="saved XPT folder (post-trained or fine-tuned)")
+    parser.add_argument("--out", required=True, help="folder to write the Space app into")
+    parser.add_argument("--repo-id", help="Hub repo of the model the Space loads (default: the local folder)")
+    parser.add_argument("--top-k", type=int, default=5)
+    parser.add_argument("--license", default=DEFAULT_LICENSE)
+    parser.add_argument("--sdk-version", help="gradio version for the Space metadata (default: the installed one)")
+    parser.add_argument("--serve", action="store_true", help="run the app locally after writing it")
+    parser.add_argument("--port", type=int, default=7860)
+    parser.add_argument("--host", default="127.0.0.1")
+    args = parser.parse_args(argv)
+    try:
+        out = write_space(args.model_dir, args.out, repo_id=args.repo_id, top_k=args.top_k, license=args.license,
+                          sdk_version=args.sdk_version)
+    except (FileNotFoundError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}/app.py, requirements.txt, README.md")
+    if args.serve:
+        if _gradio_version() is None:
+            print("error: --serve needs gradio (`pip install gradio`)", file=sys.stderr)
+            return 2
+        print(f"serving on http://{args.host}:{args.port} (Ctrl-C to stop)", flush=True)
+        serve(out, model=str(Path(args.model_dir).resolve()), port=args.port, host=args.host)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,552 @@
+"""Publishing (cards/): model card, validator, push (up to the upload itself), widgets, demo Space.
+
+Folders are real: a tiny random stock BERT source, a Korean tokenizer trained with
+`tokenization.train_tokenizer` on hand-written sentences, `XPTForMaskedLM.from_source`, and one
+real tiny post-training run (`training/post_train.py`) whose numbers the card must carry. The
+network is never used: `cards.push.hub_upload` (the one networked function) is replaced by a
+recorder where a push gets that far. The Space is tested in headless Debian chromium (Playwright);
+that test skips, with the reason, when chromium or Playwright is missing.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from cards import push as push_module
+from cards.data_sources import describe_data
+from cards.folder import CODE_FILES, GENERATED_MARKER
+from cards.make_card import build_card, fmt_duration, fmt_float, fmt_int, write_card
+from cards.validate import validate_folder
+from tests.conftest import REPO_ROOT
+from tests.model_factories import tiny_source
+
+PYTHON = sys.executable
+CHROMIUM = os.environ.get("XPT_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def cli(*args, env_extra=None, timeout=600, check=None):
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
+    env.update(env_extra or {})
+    proc = subprocess.run([PYTHON, *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+    if check is not None:
+        assert proc.returncode == check, f"exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return proc
+
+
+def front_matter(readme: Path) -> dict:
+    text = readme.read_text(encoding="utf-8")
+    assert text.startswith("---\n")
+    return yaml.safe_load(text.split("---\n", 2)[1])
+
+
+def copy_folder(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+# ----------------------------------------------------------------------------------------------
+# Fixtures: real tiny folders
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory, korean_sentences):
+    """Tokenizer (trained on Korean), tiny random BERT source, corpus folder."""
+    from tokenization.train_tokenizer import train_tokenizer
+
+    root = tmp_path_factory.mktemp("cards")
+    tokenizer = train_tokenizer(korean_sentences * 3, 200, family="bert", out_dir=root / "tok", model_max_length=64)
+    tiny_source("bert", tokenizer, root / "source")
+    corpus = root / "corpus"
+    corpus.mkdir()
+    rnd = random.Random(0)
+    lines = [s for _ in range(30) for s in korean_sentences]
+    rnd.shuffle(lines)
+    (corpus / "ko.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return {"root": root, "tok": root / "tok", "source": root / "source", "corpus": corpus, "tokenizer": tokenizer}
+
+
+@pytest.fixture(scope="module")
+def xpt_dir(base):
+    """Converted (not trained) XPT folder with a generated card."""
+    from modeling_xpt import XPTForMaskedLM
+
+    out = base["root"] / "xpt"
+    model = XPTForMaskedLM.from_source(str(base["source"]), base["tokenizer"])
+    model.save_pretrained(out)
+    base["tokenizer"].save_pretrained(out)
+    write_card(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained_dir(base):
+    """A real tiny post-training run (training/post_train.py) and its card written by the CLI."""
+    out = base["root"] / "trained"
+    args = dict(source=base["source"], tokenizer=base["tok"], data=base["corpus"], cache_dir=base["root"] / "cache",
+                valid_size=30, test_size=30, max_seq_length=32, global_batch_size=8, train_steps=4, phase1_steps=2,
+                warmup_steps=1, learning_rate=3e-3, eval_steps=2, save_steps=100, logging_steps=1, report_to="none",
+                output_dir=out)
+    argv = [str(REPO_ROOT / "training" / "post_train.py")]
+    for key, value in args.items():
+        argv += ["--" + key.replace("_", "-"), str(value)]
+    cli(*argv, check=0)
+    assert (out / "training_summary.json").is_file()
+    cli("-m", "cards.make_card", "--model-dir", str(out), check=0)
+    return out
+
+
+@pytest.fixture(scope="module")
+def classifier_dir(base, xpt_dir):
+    """A fine-tuned-style folder: XPTForSequenceClassification + results.json (hand-written)."""
+    from modeling_xpt import XPTForSequenceClassification
+
+    out = base["root"] / "classifier"
+    model = XPTForSequenceClassification.from_pretrained(str(xpt_dir), num_labels=2, id2label={0: "부정", 1: "긍정"},
+                                                         label2id={"부정": 0, "긍정": 1})
+    model.save_pretrained(out)
+    base["tokenizer"].save_pretrained(out)
+    results = {"task": "nsmc", "metric": "accuracy", "model": str(xpt_dir), "seeds": [0, 1], "scores": [71.25, 70.5],
+               "mean": 70.875, "std": 0.53, "split": "dev",
+               "runs": [{"seed": 0, "dev": 71.25, "best_epoch": 1}, {"seed": 1, "dev": 70.5, "best_epoch": 2}],
+               "post_training": {"method": "xpt", "train_sentences": 360}}
+    (out / "results.json").write_text(json.dumps(results), encoding="utf-8")
+    write_card(out)
+    return out
+
+
+SUMMARY = {
+    "method": "xpt", "source_model": "FacebookAI/roberta-base", "tokenizer": "runs/tok-ko",
+    "data": {"spec": "wikimedia/wikipedia", "train": "x", "valid": "y", "test": "z", "train_sentences": 400000,
+             "train_tokens": 9876543, "valid_sentences": 100000, "test_sentences": 88000},
+    "phases": [{"name": "phase1", "steps": 1234, "planned_steps": 1500, "trainable_groups": ["target_embeddings", "itl", "lm_head_bias"],
+                "learning_rate": 1e-4, "warmup_steps": 100, "schedule": "linear", "stopped_early": True, "valid_loss": 3.21},
+               {"name": "phase2", "steps": 777, "trainable_groups": ["target_embeddings", "itl", "reused_encoder"],
+                "learning_rate": 1e-4, "stopped_early": False}],
+    "total_steps": 2011, "tokens_seen": 123456789, "wall_time_s": 7325.5, "tokens_per_s": 16852.3,
+    "hardware": {"device": "cuda:0", "gpu": "NVIDIA H100", "num_processes": 4, "mixed_precision": "bf16",
+                 "torch": "2.13.0", "transformers": "5.23.0"},
+    "valid_metrics": {"loss": 2.5, "perplexity": 12.182493960703473, "hits@1": 0.41, "mrr": 0.52},
+    "final_metrics": {"loss": 2.4567, "perplexity": 11.66642, "hits@1": 0.4321, "hits@3": 0.5678, "hits@5": 0.61,
+                      "hits@10": 0.69, "mrr": 0.5012, "mean_rank": 23.75},
+    "final_metrics_split": "test",
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# Card
+# ----------------------------------------------------------------------------------------------
+
+
+def test_card_metadata_round_trips_through_huggingface_hub(xpt_dir, tmp_path):
+    from huggingface_hub import ModelCard, ModelCardData
+    from huggingface_hub.repocard_data import eval_results_to_model_index, model_index_to_eval_results
+
+    folder = copy_folder(xpt_dir, tmp_path / "m")
+    (folder / "training_summary.json").write_text(json.dumps(SUMMARY), encoding="utf-8")
+    ft = {"task": "korsts", "metric": "spearman", "model": str(folder), "seeds": [0, 1, 2], "scores": [80.1, 79.5, 80.3],
+          "mean": 79.97, "std": 0.42, "split": "test", "runs": []}
+    (tmp_path / "ft.json").write_text(json.dumps(ft), encoding="utf-8")
+    readme = write_card(folder, repo_id="org/xpt-ko-test", results=[tmp_path / "ft.json"])
+
+    card = ModelCard.load(readme, ignore_metadata_errors=False)  # raises on an invalid model-index
+    raw = front_matter(readme)
+    assert card.data.to_dict() == raw
+    again = ModelCard(str(card), ignore_metadata_errors=False)
+    assert again.data.to_dict() == raw and again.text == card.text
+    ModelCardData(**raw, ignore_metadata_errors=False)
+
+    assert raw["language"] == "ko" and raw["library_name"] == "transformers" and raw["pipeline_tag"] == "fill-mask"
+    assert raw["license"] == "apache-2.0" and {"xpt", "korean", "custom_code"} <= set(raw["tags"])
+    assert raw["base_model"] == "FacebookAI/roberta-base"  # summary's Hub id (config records a local path)
+    assert raw["datasets"] == ["wikimedia/wikipedia"]
+    name, results = model_index_to_eval_results(raw["model-index"])
+    assert name == "xpt-ko-test"
+    assert eval_results_to_model_index(name, results) == raw["model-index"]
+    values = {(r.task_type, r.metric_type): r.metric_value for r in results}
+    for key, value in SUMMARY["final_metrics"].items():
+        assert values[("fill-mask", key)] == value
+    assert values[("text-classification", "spearman")] == 79.97
+    assert all(r.dataset_split == "test" for r in results)
+    mask = json.loads((folder / "tokenizer_config.json").read_text())["mask_token"]
+    assert mask == "[MASK]" and all(w["text"].count(mask) == 1 for w in raw["widget"]) and len(raw["widget"]) >= 2
+    assert validate_folder(folder).ok, validate_folder(folder).format()
+
+    body = card.text
+    for expected in (fmt_int(400000), fmt_int(9876543), fmt_int(123456789), fmt_int(2011), "1,234 of 1,500", "777",
+                     fmt_duration(7325.5), "NVIDIA H100", "bf16", "4 process(es)", fmt_float(11.66642, 2),
+                     fmt_float(0.4321), fmt_float(23.75, 2), "79.97", "80.10, 79.50, 80.30", "CC BY-SA 4.0",
+                     "trust_remote_code=True", 'pipeline("fill-mask", model="org/xpt-ko-test"',
+                     "Applied Sciences", "11(5), 1975", "Exploring the Data Efficiency of Cross-Lingual Post-Training"):
+        assert expected in body, expected
+
+
+def test_missing_numbers_are_omitted_not_invented(xpt_dir, tmp_path):
+    folder = copy_folder(xpt_dir, tmp_path / "m")
+    (folder / "training_summary.json").write_text(json.dumps(
+        {"method": "xpt-sp", "final_metrics": {"perplexity": 42.125}, "final_metrics_split": "valid"}), encoding="utf-8")
+    card = build_card(folder)
+    meta, body = card.data.to_dict(), card.text
+    metrics = meta["model-index"][0]["results"][0]["metrics"]
+    assert [(m["type"], m["value"]) for m in metrics] == [("perplexity", 42.125)]
+    assert "42.12" in body or "42.13" in body
+    for absent in ("Hits@1", "MRR", "**Training**", "**Hardware", "Downstream", "optimiser steps", "| phase |"):
+        assert absent not in body, absent
+    assert "base_model" not in meta  # the source is a local path: no Hub id to claim
+    assert "datasets" not in meta
+
+
+def test_card_from_real_tiny_trained_folder_contains_its_numbers(trained_dir):
+    summary = json.loads((trained_dir / "training_summary.json").read_text())
+    readme = trained_dir / "README.md"
+    meta, text = front_matter(readme), readme.read_text(encoding="utf-8")
+    metrics = {m["type"]: m["value"] for m in meta["model-index"][0]["results"][0]["metrics"]}
+    for key in ("loss", "perplexity", "hits@1", "hits@3", "hits@5", "hits@10", "mrr", "mean_rank"):
+        assert metrics[key] == summary["final_metrics"][key]
+        assert fmt_float(summary["final_metrics"][key], 2 if key in ("perplexity", "mean_rank") else 4) in text
+    assert meta["model-index"][0]["results"][0]["dataset"]["split"] == summary["final_metrics_split"]
+    data = summary["data"]
+    for expected in (f"{fmt_int(summary['total_steps'])} optimiser steps", f"{fmt_int(summary['tokens_seen'])} tokens seen",
+                     f"{fmt_int(data['train_sentences'])} train sentences", f"{fmt_int(data['train_tokens'])} train tokens",
+                     f"wall time {fmt_duration(summary['wall_time_s'])}", f"torch {summary['hardware']['torch']}",
+                     f"transformers {summary['hardware']['transformers']}", summary["source_model"]):
+        assert expected in text, expected
+    for phase in summary["phases"]:
+        assert f"| {phase['name']} | {fmt_int(phase['steps'])} |" in text
+        assert fmt_float(phase["valid_loss"]) in text
+    assert "Downstream" not in text  # no results.json: no downstream table
+    config = json.loads((trained_dir / "config.json").read_text())
+    assert f"vocabulary {fmt_int(config['vocab_size'])}" in text
+    assert GENERATED_MARKER in text
+
+
+def test_describe_data_reports_the_shared_corpus_licences(shared_data):
+    hub, known = describe_data(str(shared_data / "corpus"))
+    names = {name: licence for name, _, licence in known}
+    assert hub == [] and names["ko_reviews.txt.gz"] == "CC0 1.0" and names["ko_comments.txt.gz"] == "CC BY-SA 4.0"
+
+
+# ----------------------------------------------------------------------------------------------
+# Validator
+# ----------------------------------------------------------------------------------------------
+
+
+def test_good_folders_validate(xpt_dir, trained_dir, classifier_dir):
+    for folder in (xpt_dir, trained_dir, classifier_dir):
+        report = validate_folder(folder)
+        assert report.ok, report.format()
+    names = {f.name for f in validate_folder(trained_dir).files}
+    assert {"model.safetensors", "config.json", *CODE_FILES, "tokenizer.json", "README.md", "training_summary.json"} <= names
+    assert "losses.jsonl" not in names
+
+
+@pytest.mark.parametrize("code_file", CODE_FILES)
+def test_validator_rejects_missing_code_file(xpt_dir, tmp_path, code_file):
+    folder = copy_folder(xpt_dir, tmp_path / "m")
+    (folder / code_file).unlink()
+    report = validate_folder(folder)
+    assert not report.ok and any(code_file in e and "missing" in e for e in report.errors), report.format()
+
+
+def test_validator_rejects_config_without_auto_map(xpt_dir, tmp_path):
+    folder = copy_folder(xpt_dir, tmp_path / "m")
+    config = json.loads((folder / "config.json").read_text())
+    del config["auto_map"]
+    (folder / "config.json").write_text(json.dumps(config))
+    assert any("auto_map" in e for e in validate_folder(folder).errors)
+
+
+def test_validator_and_push_reject_pickle_checkpoint(xpt_dir, tmp_path):
+    folder = copy_folder(xpt_dir, tmp_path / "m")
+    torch.save({"w": torch.zeros(2)}, folder / "pytorch_model.bin")
+    assert any("pickle" in e and "pytorch_model.bin" in e for e in validate_folder(folder).errors)
+    proc = cli("-m", "cards.push", "--model-dir", str(folder), "--repo-id", "org/x", "--dry-run", check=1)
+    assert "pytorch_model.bin" in proc.stdout + proc.stderr and "nothing uploaded" in proc.stderr
+    (folder / "model.safetensors").unlink()
+    assert any("no *.safetensors" in e for e in validate_folder(folder).errors)
+
+
+def test_validator_rejects_widget_with_wrong_mask_token(xpt_dir, tmp_path):
+    folder = copy_folder(xpt_dir, tmp_path / "m")
+    readme = folder / "README.md"
+    # A hand-edited card (no generated marker: push keeps it) whose widget uses RoBERTa's mask token.
+    text = readme.read_text(encoding="utf-8").replace(GENERATED_MARKER + "\n", "").replace("[MASK]", "<mask>")
+    readme.write_text(text, encoding="utf-8")
+    report = validate_folder(folder)
+    assert any("'<mask>'" in e and "'[MASK]'" in e for e in report.errors), report.format()
+    with pytest.raises(push_module.PushError, match="not publishable"):
+        push_module.push_to_hub(folder, "org/x", dry_run=True, load_check=False, log=lambda *_: None)
+
+
+def test_validator_rejects_unparsable_model_index(xpt_dir, tmp_path):
+    folder = copy_folder(xpt_dir, tmp_path / "m")
+    readme = folder / "README.md"
+    text = readme.read_text(encoding="utf-8").replace(GENERATED_MARKER + "\n", "")
+    text = text.replace("widget:", "model-index:\n- name: x\n  results:\n  - task: {}\nwidget:", 1)
+    readme.write_text(text, encoding="utf-8")
+    assert any("metadata does not parse" in e for e in validate_folder(folder).errors)
+
+
+# ----------------------------------------------------------------------------------------------
+# Push: dry run (fresh isolated process) and everything up to the upload
+# ----------------------------------------------------------------------------------------------
+
+
+def test_dry_run_passes_on_a_good_folder(trained_dir):
+    before = {p.name: p.stat().st_mtime_ns for p in trained_dir.iterdir()}
+    proc = cli("-m", "cards.push", "--model-dir", str(trained_dir), "--repo-id", "org/xpt-ko-tiny", "--dry-run", check=0)
+    out = proc.stdout
+    assert "would upload" in out and "model.safetensors" in out and "modeling_xpt.py" in out
+    assert "losses.jsonl" not in out
+    assert "project not importable" in out and "transformers_modules." in out
+    assert "nothing uploaded" in out
+    assert {p.name: p.stat().st_mtime_ns for p in trained_dir.iterdir()} == before  # the folder is not touched
+
+
+def test_load_check_runs_without_the_project_even_with_pythonpath(trained_dir, monkeypatch):
+    """PYTHONPATH pointing at the repo (or an editable install) must not leak the project in."""
+    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
+    meta = front_matter(trained_dir / "README.md")
+    texts = [w["text"] for w in meta["widget"]]
+    report = push_module.run_load_check(trained_dir, task="fill-mask", auto_class="AutoModelForMaskedLM", texts=texts)
+    assert report["ok"], report
+    assert report["project_importable"] is False
+    assert report["model_class"].startswith("transformers_modules.")
+    assert [o["text"] for o in report["outputs"]] == texts
+
+
+def test_dry_run_fails_when_remote_code_needs_the_project(xpt_dir, tmp_path):
+    folder = copy_folder(xpt_dir, tmp_path / "m")
+    code = folder / "modeling_xpt.py"
+    code.write_text("import modeling_xpt  # only exists where the project is installed\n" + code.read_text())
+    proc = cli("-m", "cards.push", "--model-dir", str(folder), "--repo-id", "org/x", "--dry-run", check=1)
+    assert "does not load as the Hub would" in proc.stderr and "modeling_xpt" in proc.stderr
+
+
+def test_stock_format_dry_run(trained_dir):
+    proc = cli("-m", "cards.push", "--model-dir", str(trained_dir), "--repo-id", "org/xpt-ko-tiny",
+               "--revision", "stock", "--format", "stock", "--dry-run", check=0)
+    out = proc.stdout
+    assert "[stock]" in out and "modeling_xpt.py" not in out and "BertForMaskedLM" in out
+
+
+class Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, repo_id, files, **kwargs):
+        self.calls.append({"repo_id": repo_id, "files": {name: Path(path).read_bytes() for name, path in files}, **kwargs})
+        return f"https://huggingface.co/{repo_id}/commit/0123"
+
+
+@pytest.fixture
+def no_token(monkeypatch, tmp_path):
+    from huggingface_hub import constants
+
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    recorder = Recorder()
+    monkeypatch.setattr(push_module, "hub_upload", recorder)
+    return recorder
+
+
+def test_push_without_token_or_offline_uploads_nothing(trained_dir, no_token, monkeypatch):
+    with pytest.raises(push_module.PushError, match="no Hugging Face token.*nothing uploaded"):
+        push_module.push_to_hub(trained_dir, "org/x", load_check=False, log=lambda *_: None)
+    monkeypatch.setenv("HF_TOKEN", "hf_test")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(push_module.PushError, match="offline.*nothing uploaded"):
+        push_module.push_to_hub(trained_dir, "org/x", load_check=False, log=lambda *_: None)
+    assert no_token.calls == []
+
+
+def test_push_cli_without_token_fails_clearly(trained_dir, tmp_path):
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_TOKEN": "", "HF_HUB_OFFLINE": "0"}
+    proc = cli("-m", "cards.push", "--model-dir", str(trained_dir), "--repo-id", "org/x", "--skip-load-check",
+               env_extra=env, check=1)
+    assert "no Hugging Face token" in proc.stderr and "nothing uploaded" in proc.stderr
+    proc = cli("-m", "cards.push", "--model-dir", str(trained_dir), "--repo-id", "org/x", "--skip-load-check",
+               env_extra={**env, "HF_TOKEN": "hf_test", "HF_HUB_OFFLINE": "1"}, check=1)
+    assert "offline" in proc.stderr and "nothing uploaded" in proc.stderr
+
+
+def test_push_uploads_the_staged_files_in_one_call(trained_dir, no_token, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_test")
+    result = push_module.push_to_hub(trained_dir, "org/xpt-ko-tiny", private=True, revision="v1", load_check=False,
+                                     log=lambda *_: None)
+    assert len(no_token.calls) == 1
+    call = no_token.calls[0]
+    assert call["repo_id"] == "org/xpt-ko-tiny" and call["private"] is True and call["revision"] == "v1"
+    assert call["token"] == "hf_test"
+    files = call["files"]
+    assert set(files) == {name for name, _ in result.files}
+    assert {"model.safetensors", "config.json", "README.md", "tokenizer.json", "tokenizer_config.json",
+            "training_summary.json", *CODE_FILES} <= set(files)
+    assert not any(name.endswith((".bin", ".pt", ".jsonl")) for name in files)
+    assert files["model.safetensors"] == (trained_dir / "model.safetensors").read_bytes()
+    card = files["README.md"].decode()
+    assert 'model="org/xpt-ko-tiny"' in card and call["card_text"] == card  # regenerated for the repo id
+    assert result.commit_url.endswith("/commit/0123")
+
+
+def test_upload_failure_is_reported_as_nothing_committed(trained_dir, no_token, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_test")
+
+    def failing(*args, **kwargs):
+        raise ConnectionError("no route to huggingface.co")
+
+    monkeypatch.setattr(push_module, "hub_upload", failing)
+    with pytest.raises(push_module.PushError, match="none of them was committed"):
+        push_module.push_to_hub(trained_dir, "org/x", load_check=False, log=lambda *_: None)
+
+
+# ----------------------------------------------------------------------------------------------
+# Widgets: pipeline(pipeline_tag, model=DIR, trust_remote_code=True) on each widget example
+# ----------------------------------------------------------------------------------------------
+
+
+def test_fill_mask_widgets_work_with_the_pipeline(trained_dir):
+    from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
+
+    meta = front_matter(trained_dir / "README.md")
+    pipe = pipeline(meta["pipeline_tag"], model=str(trained_dir), trust_remote_code=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(trained_dir), trust_remote_code=True)
+    model = AutoModelForMaskedLM.from_pretrained(str(trained_dir), trust_remote_code=True).eval()
+    for widget in meta["widget"]:
+        preds = pipe(widget["text"], top_k=5)
+        assert len(preds) == 5 and all(0 <= p["score"] <= 1 for p in preds)
+        assert [p["score"] for p in preds] == sorted((p["score"] for p in preds), reverse=True)
+        enc = tokenizer(widget["text"], return_tensors="pt")
+        position = (enc["input_ids"][0] == tokenizer.mask_token_id).nonzero().item()
+        with torch.no_grad():
+            probs = model(**enc).logits[0, position].softmax(-1)
+        assert preds[0]["token"] == int(probs.argmax())  # the widget shows the model's own best guess
+        assert math.isclose(preds[0]["score"], float(probs.max()), rel_tol=1e-4)
+
+
+def test_text_classification_widgets_work_with_the_pipeline(classifier_dir):
+    from transformers import pipeline
+
+    meta = front_matter(classifier_dir / "README.md")
+    assert meta["pipeline_tag"] == "text-classification"
+    assert all("[MASK]" not in w["text"] for w in meta["widget"])
+    results = meta["model-index"][0]["results"]
+    assert results[0]["metrics"][0]["value"] == 70.875 and results[0]["dataset"]["split"] == "dev"
+    pipe = pipeline(meta["pipeline_tag"], model=str(classifier_dir), trust_remote_code=True)
+    for widget in meta["widget"]:
+        out = pipe(widget["text"], top_k=None)
+        assert {p["label"] for p in out} == {"부정", "긍정"}
+        assert math.isclose(sum(p["score"] for p in out), 1.0, rel_tol=1e-5)
+    assert validate_folder(classifier_dir).ok
+
+
+def test_classifier_dry_run_uses_text_classification(classifier_dir):
+    result = push_module.push_to_hub(classifier_dir, "org/xpt-nsmc", dry_run=True, log=lambda *_: None)
+    assert result.load_check["ok"] and len(result.load_check["outputs"]) == 3
+    assert {p["label"] for p in result.load_check["outputs"][0]["predictions"]} == {"부정", "긍정"}
+
+
+# ----------------------------------------------------------------------------------------------
+# Demo Space
+# ----------------------------------------------------------------------------------------------
+
+
+def test_space_files_and_metadata(trained_dir, tmp_path):
+    from huggingface_hub import SpaceCard
+
+    from cards.space import write_space
+
+    app = write_space(trained_dir, tmp_path / "app", repo_id="org/xpt-ko-tiny")
+    card = SpaceCard.load(app / "README.md", ignore_metadata_errors=False)
+    meta = card.data.to_dict()
+    assert meta["sdk"] == "gradio" and meta["app_file"] == "app.py" and meta["models"] == ["org/xpt-ko-tiny"]
+    source = (app / "app.py").read_text(encoding="utf-8")
+    compile(source, "app.py", "exec")
+    assert "'org/xpt-ko-tiny'" in source and "TRUST_REMOTE_CODE = True" in source
+    assert "transformers" in (app / "requirements.txt").read_text()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 180) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"the Space server exited with {proc.returncode}:\n{proc.stdout.read()[-4000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(1)
+    raise AssertionError(f"the Space server did not answer on {url} within {timeout} s")
+
+
+def test_space_in_a_real_headless_browser(trained_dir, tmp_path):
+    pytest.importorskip("gradio", reason="the Space test needs gradio (pip install gradio)")
+    playwright = pytest.importorskip("playwright.sync_api", reason="the browser test needs Playwright (pip install playwright)")
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no chromium at {CHROMIUM}: apt-get install -y chromium chromium-driver (or set XPT_CHROMIUM)")
+    from transformers import pipeline
+
+    meta = front_matter(trained_dir / "README.md")
+    sentence = meta["widget"][1]["text"]
+    expected = pipeline("fill-mask", model=str(trained_dir), trust_remote_code=True)(sentence, top_k=5)
+
+    port = _free_port()
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1")
+    proc = subprocess.Popen([PYTHON, "-m", "cards.space", str(trained_dir), "--out", str(tmp_path / "app"), "--serve",
+                             "--port", str(port)], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        _wait_http(url, proc)
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            try:
+                page = browser.new_page()
+                page.goto(url, wait_until="domcontentloaded")
+                box = page.locator("#input-text textarea")
+                box.wait_for(timeout=60_000)
+                box.fill(sentence)
+                page.click("#submit-button")
+                first = f"{expected[0]['score']:.4f}"
+                page.wait_for_function(
+                    "([sel, text]) => { const e = document.querySelector(sel); return e && e.innerText.includes(text); }",
+                    arg=["#predictions-table", first], timeout=60_000)
+                table = page.inner_text("#predictions-table")
+                label = page.inner_text("#predictions-label")
+            finally:
+                browser.close()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    for rank, pred in enumerate(expected, 1):
+        assert f"{pred['score']:.4f}" in table, (pred, table)
+        assert pred["sequence"] in table, (pred, table)
+        assert f"{rank}. {pred['token_str']}".strip() in label, (pred, label)
