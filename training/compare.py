@@ -1,0 +1,168 @@
+#!/usr/bin/env python
+"""Collect fine-tuning `results.json` files into a Markdown table and PNG plots.
+
+    python training/compare.py runs/ft/xpt-100k runs/ft/xpt-400k runs/ft/scratch-100k ... --out runs/report
+
+Each argument is a `results.json` file or a folder searched recursively for them. Output in ``--out``:
+
+- ``results.md``: one row per (task, model) with method, post-training sentences, metric, split,
+  mean ± std and seed count, grouped by task; rows of the same method are sorted by data size.
+- ``<task>.png``: metric versus post-training data size (log x axis), one line per method with
+  ±std error bars, like Figures 3 and 4 of the XPT paper. Results without a data size (e.g. a stock
+  Korean model) are drawn as horizontal dashed reference lines.
+
+Method and data size come from ``results.json["post_training"]`` (copied by finetune.py from the model
+folder's training_summary.json, or given with --post-training-method/--post-training-sentences).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+from collections import defaultdict  # noqa: E402
+from typing import Any  # noqa: E402
+
+REQUIRED = ("task", "metric", "mean", "std", "scores")
+
+
+class CompareError(ValueError):
+    pass
+
+
+def find_results(paths: list[str]) -> list[Path]:
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_file():
+            files.append(path)
+        elif path.is_dir():
+            found = sorted(path.rglob("results.json"))
+            if not found:
+                raise CompareError(f"{path}: no results.json found under this folder")
+            files.extend(found)
+        else:
+            raise CompareError(f"{path}: no such file or folder")
+    return list(dict.fromkeys(p.resolve() for p in files))
+
+
+def load_results(files: list[Path]) -> list[dict[str, Any]]:
+    rows = []
+    for path in files:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as error:
+            raise CompareError(f"{path}: not valid JSON ({error})") from None
+        missing = [k for k in REQUIRED if k not in data]
+        if missing:
+            raise CompareError(f"{path}: not a finetune.py results.json (missing {missing})")
+        post = data.get("post_training") or {}
+        method = post.get("method") or Path(str(data.get("model", path.parent))).name
+        rows.append({
+            "file": str(path), "task": data["task"], "metric": data["metric"], "split": data.get("split", "?"),
+            "model": str(data.get("model", "")), "method": method, "sentences": post.get("train_sentences"),
+            "mean": float(data["mean"]), "std": float(data["std"]), "n": len(data["scores"]),
+            "peft": data.get("peft"),
+        })
+    return rows
+
+
+def _size(n) -> str:
+    if n is None:
+        return "-"
+    n = int(n)
+    for unit, div in (("M", 1_000_000), ("K", 1_000)):
+        if n >= div:
+            return f"{n / div:g}{unit}"
+    return str(n)
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    lines = []
+    by_task = defaultdict(list)
+    for row in rows:
+        by_task[row["task"]].append(row)
+    for task in sorted(by_task):
+        task_rows = sorted(by_task[task], key=lambda r: (r["method"], r["sentences"] is None, r["sentences"] or 0, r["model"]))
+        metric = task_rows[0]["metric"]
+        lines += [f"### {task} ({metric})", "",
+                  "| method | post-training sentences | model | split | " + metric + " (mean ± std) | seeds |",
+                  "| --- | ---: | --- | --- | ---: | ---: |"]
+        for r in task_rows:
+            method = r["method"] + (f" + {r['peft']}" if r["peft"] else "")
+            lines.append(f"| {method} | {_size(r['sentences'])} | {r['model']} | {r['split']} | "
+                         f"{r['mean']:.2f} ± {r['std']:.2f} | {r['n']} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot_task(task: str, rows: list[dict[str, Any]], out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    series = defaultdict(list)
+    references = []
+    for row in rows:
+        label = row["method"] + (f" + {row['peft']}" if row["peft"] else "")
+        (series[label] if row["sentences"] else references).append(row if row["sentences"] else (label, row))
+    sizes = sorted({r["sentences"] for r in rows if r["sentences"]})
+    for label in sorted(series):
+        points = sorted(series[label], key=lambda r: r["sentences"])
+        ax.errorbar([p["sentences"] for p in points], [p["mean"] for p in points], yerr=[p["std"] for p in points],
+                    marker="o", capsize=3, label=label)
+    for label, row in references:
+        ax.axhline(row["mean"], linestyle="--", linewidth=1, label=f"{label} ({Path(row['model']).name})", color="gray")
+    if sizes:
+        ax.set_xscale("log")
+        ax.set_xticks(sizes)
+        ax.set_xticklabels([_size(s) for s in sizes])
+    ax.set_xlabel("post-training sentences")
+    ax.set_ylabel(f"{rows[0]['metric']} ({rows[0]['split']})")
+    ax.set_title(task)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out / f"{task}.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def compare(paths: list[str], out: str | Path) -> dict[str, Any]:
+    rows = load_results(find_results(paths))
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    table = markdown_table(rows)
+    (out / "results.md").write_text("# Fine-tuning comparison\n\n" + table, encoding="utf-8")
+    by_task = defaultdict(list)
+    for row in rows:
+        by_task[row["task"]].append(row)
+    plots = [str(plot_task(task, task_rows, out)) for task, task_rows in sorted(by_task.items())]
+    return {"table": str(out / "results.md"), "plots": plots, "rows": rows, "markdown": table}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Markdown table and PNG plots from finetune.py results.json files")
+    parser.add_argument("results", nargs="+", help="results.json files or folders holding them")
+    parser.add_argument("--out", required=True, help="output folder")
+    args = parser.parse_args(argv)
+    try:
+        report = compare(args.results, args.out)
+    except CompareError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(report["markdown"])
+    print(f"wrote {report['table']} and {len(report['plots'])} plot(s): {', '.join(report['plots'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
