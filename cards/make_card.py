@@ -262,6 +262,10 @@ def _made_section(info: FolderInfo, tokenizer) -> list[str]:
             parts.append(f"bottleneck adapters of size {c['adapter_size']}")
         parts.append(f"vocabulary {fmt_int(c.get('vocab_size'))}")
         lines.append("- **Architecture**: " + ", ".join(parts) + ".")
+    elif info.is_stock:
+        lines.append(f"- **Architecture**: plain `{info.architecture}` with {c.get('num_hidden_layers')} layers "
+                     "(ITL_in, the reused layers and ITL_out of the XPT model, in that order), hidden size "
+                     f"{c.get('hidden_size')}, vocabulary {fmt_int(c.get('vocab_size'))}.")
     count = safetensors_parameter_count(info.path)
     if count:
         lines.append(f"- **Stored parameters**: {fmt_int(count)} (from the safetensors file).")
@@ -368,8 +372,10 @@ def _results_section(info: FolderInfo) -> list[str]:
     return lines
 
 
-def _usage_section(info: FolderInfo, repo_ref: str, widgets: list[dict], variant: str) -> list[str]:
-    trust = ", trust_remote_code=True" if variant == "custom" else ""
+def _usage_section(info: FolderInfo, repo_ref: str, widgets: list[dict], variant: str,
+                   revision: str | None = None) -> list[str]:
+    trust = (f", revision={revision!r}" if revision and revision != "main" else "") + \
+        (", trust_remote_code=True" if variant == "custom" else "")
     example = widgets[0]["text"] if widgets else "대한민국의 수도는 서울이다."
     auto = info.auto_class or "AutoModel"
     lines = ["## How to use", ""]
@@ -456,7 +462,8 @@ def _licence_section(license: str, known_data, info: FolderInfo) -> list[str]:
 
 def build_card(model_dir: str | Path, *, repo_id: str | None = None, license: str = DEFAULT_LICENSE,
                base_model: str | None = None, datasets: list[str] = (), results: list[str | Path] = (),
-               stock_repo_id: str | None = None, custom_repo_id: str | None = None, variant: str | None = None):
+               stock_repo_id: str | None = None, custom_repo_id: str | None = None, variant: str | None = None,
+               revision: str | None = None):
     """The ModelCard of a folder (not written). `variant`: "custom" (XPT code) or "stock" (plain
     BERT/RoBERTa export); detected from config.json when None."""
     from huggingface_hub import ModelCard
@@ -488,7 +495,7 @@ def build_card(model_dir: str | Path, *, repo_id: str | None = None, license: st
              "two ITLs and the output bias are trained while the reused layers stay frozen, then everything is "
              "trained. The paper reports that this reaches or beats Korean models trained from scratch on much more text.", ""]
     lines += _made_section(info, tokenizer)
-    lines += _usage_section(info, repo_ref, widgets, variant)
+    lines += _usage_section(info, repo_ref, widgets, variant, revision if repo_id else None)
     lines += _results_section(info)
     lines += _stock_section(info, variant, stock_repo_id, custom_repo_id)
     lines += _limitations_section(info, known_data)
@@ -516,11 +523,12 @@ def main(argv=None) -> int:
     parser.add_argument("--results", action="append", default=[], help="extra fine-tuning results.json (repeatable)")
     parser.add_argument("--stock-repo-id", help="where the stock export is published (mentioned in the card)")
     parser.add_argument("--custom-repo-id", help="for a stock export: the XPT repo it was exported from")
+    parser.add_argument("--revision", help="branch of --repo-id the folder goes to (used in the usage code)")
     args = parser.parse_args(argv)
     try:
         out = write_card(args.model_dir, repo_id=args.repo_id, license=args.license, base_model=args.base_model,
                          datasets=args.dataset, results=args.results, stock_repo_id=args.stock_repo_id,
-                         custom_repo_id=args.custom_repo_id)
+                         custom_repo_id=args.custom_repo_id, revision=args.revision)
     except (FileNotFoundError, ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -51,6 +51,7 @@ class PushResult:
     load_check: dict | None = None
     commit_url: str | None = None
     dry_run: bool = False
+    card_text: str = ""
     messages: list[str] = field(default_factory=list)
 
 
@@ -104,7 +105,7 @@ def _link_or_copy(src: Path, dst: Path) -> None:
 
 
 def stage_folder(model_dir: Path, stage: Path, *, fmt: str, repo_id: str, regenerate_card: bool = True,
-                 card_kwargs: dict | None = None) -> list[str]:
+                 card_kwargs: dict | None = None, revision: str | None = None) -> list[str]:
     """Fill `stage` with exactly the files to upload. Returns notes for the user."""
     from .make_card import write_card
 
@@ -140,7 +141,7 @@ def stage_folder(model_dir: Path, stage: Path, *, fmt: str, repo_id: str, regene
             continue
         _link_or_copy(file, stage / file.name)
     if regenerate:
-        write_card(stage, repo_id=repo_id, variant=fmt, **card_kwargs)
+        write_card(stage, repo_id=repo_id, variant=fmt, revision=revision, **card_kwargs)
         notes.append(f"README.md generated for {repo_id}")
     return notes
 
@@ -207,7 +208,7 @@ def push_to_hub(model_dir: str | Path, repo_id: str, *, private: bool = False, r
         stage = Path(tmp) / "stage"
         try:
             notes = stage_folder(model_dir, stage, fmt=fmt, repo_id=repo_id, regenerate_card=regenerate_card,
-                                 card_kwargs=card_kwargs)
+                                 card_kwargs=card_kwargs, revision=revision)
         except PushError:
             raise
         except Exception as error:
@@ -220,7 +221,8 @@ def push_to_hub(model_dir: str | Path, repo_id: str, *, private: bool = False, r
             report.errors.insert(0, f"pickle checkpoint(s) in {model_dir}: {', '.join(pickles)}; publish safetensors "
                                     "only (pickle files can run arbitrary code when loaded). Delete them.")
         files = [(f.name, f.stat().st_size) for f in sorted(stage.iterdir()) if f.is_file()]
-        result = PushResult(repo_id=repo_id, format=fmt, files=files, report=report, dry_run=dry_run, messages=notes)
+        result = PushResult(repo_id=repo_id, format=fmt, files=files, report=report, dry_run=dry_run, messages=notes,
+                            card_text=(stage / CARD_FILE).read_text(encoding="utf-8") if (stage / CARD_FILE).is_file() else "")
         log(report.format())
         if not report.ok:
             raise PushError(f"{model_dir} is not publishable ({len(report.errors)} problem(s) above); nothing uploaded")
@@ -238,7 +240,8 @@ def push_to_hub(model_dir: str | Path, repo_id: str, *, private: bool = False, r
             if not check.get("ok"):
                 raise PushError("the folder does not load as the Hub would load it: " + "; ".join(check.get("problems", []))
                                 + " (nothing uploaded)")
-            log(f"load check (fresh isolated process, project not importable, transformers {check.get('transformers')}): "
+            log(f"load check in a fresh isolated process (transformers {check.get('transformers')}; "
+                f"`import modeling_xpt` there: {'worked' if check.get('project_importable') else 'fails, as on the Hub'}): "
                 f"{check.get('model_class')} + {check.get('tokenizer_class')}")
             for output in check.get("outputs", []):
                 preds = output["predictions"][:3]

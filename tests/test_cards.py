@@ -309,41 +309,48 @@ def test_validator_rejects_unparsable_model_index(xpt_dir, tmp_path):
 
 
 def test_dry_run_passes_on_a_good_folder(trained_dir):
+    """The CLI runs with PYTHONPATH at the repo (as an editable install would make it importable): the
+    load-check process must still not see the project, and must load the folder's own remote code."""
     before = {p.name: p.stat().st_mtime_ns for p in trained_dir.iterdir()}
     proc = cli("-m", "cards.push", "--model-dir", str(trained_dir), "--repo-id", "org/xpt-ko-tiny", "--dry-run", check=0)
     out = proc.stdout
     assert "would upload" in out and "model.safetensors" in out and "modeling_xpt.py" in out
     assert "losses.jsonl" not in out
-    assert "project not importable" in out and "transformers_modules." in out
+    assert "`import modeling_xpt` there: fails, as on the Hub" in out and "transformers_modules." in out
+    for widget in front_matter(trained_dir / "README.md")["widget"]:
+        assert widget["text"] in out  # the pipeline ran on every widget example
     assert "nothing uploaded" in out
     assert {p.name: p.stat().st_mtime_ns for p in trained_dir.iterdir()} == before  # the folder is not touched
 
 
-def test_load_check_runs_without_the_project_even_with_pythonpath(trained_dir, monkeypatch):
-    """PYTHONPATH pointing at the repo (or an editable install) must not leak the project in."""
+def test_dry_run_fails_when_remote_code_needs_the_project(xpt_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
-    meta = front_matter(trained_dir / "README.md")
-    texts = [w["text"] for w in meta["widget"]]
-    report = push_module.run_load_check(trained_dir, task="fill-mask", auto_class="AutoModelForMaskedLM", texts=texts)
-    assert report["ok"], report
-    assert report["project_importable"] is False
-    assert report["model_class"].startswith("transformers_modules.")
-    assert [o["text"] for o in report["outputs"]] == texts
-
-
-def test_dry_run_fails_when_remote_code_needs_the_project(xpt_dir, tmp_path):
     folder = copy_folder(xpt_dir, tmp_path / "m")
     code = folder / "modeling_xpt.py"
     code.write_text("import modeling_xpt  # only exists where the project is installed\n" + code.read_text())
-    proc = cli("-m", "cards.push", "--model-dir", str(folder), "--repo-id", "org/x", "--dry-run", check=1)
-    assert "does not load as the Hub would" in proc.stderr and "modeling_xpt" in proc.stderr
+    with pytest.raises(push_module.PushError, match="does not load as the Hub would.*modeling_xpt"):
+        push_module.push_to_hub(folder, "org/x", dry_run=True, log=lambda *_: None)
 
 
 def test_stock_format_dry_run(trained_dir):
-    proc = cli("-m", "cards.push", "--model-dir", str(trained_dir), "--repo-id", "org/xpt-ko-tiny",
-               "--revision", "stock", "--format", "stock", "--dry-run", check=0)
-    out = proc.stdout
-    assert "[stock]" in out and "modeling_xpt.py" not in out and "BertForMaskedLM" in out
+    """The stock export loads without remote code, and its card says what it is and where the XPT model is."""
+    result = push_module.push_to_hub(trained_dir, "org/xpt-ko-tiny", revision="stock", fmt="stock", dry_run=True,
+                                     custom_repo_id="org/xpt-ko-tiny", log=lambda *_: None)
+    names = {name for name, _ in result.files}
+    assert "model.safetensors" in names and not names & set(CODE_FILES)
+    assert result.load_check["ok"] and result.load_check["model_class"].endswith("BertForMaskedLM")
+    assert not result.load_check["model_class"].startswith("transformers_modules")
+    card = result.card_text
+    assert "stock export" in card and "[`org/xpt-ko-tiny`](https://huggingface.co/org/xpt-ko-tiny)" in card
+    assert 'pipeline("fill-mask", model="org/xpt-ko-tiny", revision=\'stock\')' in card
+    assert "trust_remote_code=True)" not in card
+    config = json.loads((trained_dir / "config.json").read_text())
+    assert f"plain `BertForMaskedLM` with {config['num_hidden_layers'] + 2} layers" in card
+    assert front_matter_text(card)["pipeline_tag"] == "fill-mask" and "custom_code" not in front_matter_text(card)["tags"]
+
+
+def front_matter_text(text: str) -> dict:
+    return yaml.safe_load(text.split("---\n", 2)[1])
 
 
 class Recorder:
@@ -383,9 +390,6 @@ def test_push_cli_without_token_fails_clearly(trained_dir, tmp_path):
     proc = cli("-m", "cards.push", "--model-dir", str(trained_dir), "--repo-id", "org/x", "--skip-load-check",
                env_extra=env, check=1)
     assert "no Hugging Face token" in proc.stderr and "nothing uploaded" in proc.stderr
-    proc = cli("-m", "cards.push", "--model-dir", str(trained_dir), "--repo-id", "org/x", "--skip-load-check",
-               env_extra={**env, "HF_TOKEN": "hf_test", "HF_HUB_OFFLINE": "1"}, check=1)
-    assert "offline" in proc.stderr and "nothing uploaded" in proc.stderr
 
 
 def test_push_uploads_the_staged_files_in_one_call(trained_dir, no_token, monkeypatch):
