@@ -263,6 +263,13 @@ def train(config: PostTrainConfig) -> dict:
     started = time.time()
     output_dir = Path(config.output_dir)
     trackers = [t for t in config.report_to if t and t != "none"]
+    if "tensorboard" in trackers:
+        from accelerate.utils import is_tensorboard_available
+
+        if not is_tensorboard_available():
+            print("warning: report_to tensorboard, but the tensorboard package is not installed "
+                  "(`pip install tensorboard`); training without it", file=sys.stderr)
+            trackers.remove("tensorboard")
     accelerator = Accelerator(mixed_precision=config.mixed_precision, log_with=trackers or None,
                               project_dir=str(output_dir), step_scheduler_with_optimizer=False,
                               cpu=launched_multi_cpu())
