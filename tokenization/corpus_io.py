@@ -101,7 +101,9 @@ def iter_file_texts(path: Path, bad: Utf8Counter | None = None, text_field: str 
 
 
 def is_prepared_corpus(path: Path) -> bool:
-    return path.is_dir() and (any((path / s).is_dir() for s in SPLITS) or (path / COMPLETE_MARKER).exists())
+    """A prepare_corpus output folder, finished or not (split folders, marker or hidden build folder)."""
+    return path.is_dir() and (any((path / s).is_dir() for s in (*SPLITS, ".building"))
+                              or (path / COMPLETE_MARKER).exists())
 
 
 def corpus_files(path: str | Path, split: str = "train") -> list[Path]:

