@@ -61,6 +61,8 @@ HEAD_CLASSES = {"single": "AutoModelForSequenceClassification", "pair": "AutoMod
 LORA_TARGET_NAMES = ("query", "value", "q_proj", "v_proj", "q_lin", "v_lin")
 ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert", "longformer")
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+# token_type_ids are always requested: some fast tokenizers (e.g. a bare PreTrainedTokenizerFast in
+# transformers v5) leave them out by default, and BERT-style models would then see the pair as one segment.
 
 
 # --- model, tokenizer and their checks -------------------------------------------------------------------
@@ -175,7 +177,7 @@ def encode_sequence_task(spec: TaskSpec, rows, tokenizer, max_length: int, label
     columns = spec.text_columns
     first = [str(row[columns[0]]) for row in rows]
     second = [str(row[columns[1]]) for row in rows] if len(columns) == 2 else None
-    encoded = tokenizer(first, second, truncation=True, max_length=max_length)
+    encoded = tokenizer(first, second, truncation=True, max_length=max_length, return_token_type_ids=True)
     label_ids = {label: i for i, label in enumerate(labels or [])}
     features = []
     for i, row in enumerate(rows):
@@ -190,7 +192,8 @@ def encode_token_task(spec: TaskSpec, rows, tokenizer, max_length: int, labels: 
     """Words -> sub-tokens; the first sub-token of each word carries the word's tag, the rest -100."""
     label_ids = {label: i for i, label in enumerate(labels)}
     words = [[str(w) for w in row[spec.tokens_column]] for row in rows]
-    encoded = tokenizer(words, is_split_into_words=True, truncation=True, max_length=max_length)
+    encoded = tokenizer(words, is_split_into_words=True, truncation=True, max_length=max_length,
+                        return_token_type_ids=True)
     features = []
     for i, row in enumerate(rows):
         word_ids = encoded.word_ids(i)
@@ -217,7 +220,7 @@ def encode_qa_task(spec: TaskSpec, rows, tokenizer, max_length: int, stride: int
     questions = [str(row[spec.question_column]).strip() for row in rows]
     contexts = [str(row[spec.context_column]) for row in rows]
     encoded = tokenizer(questions, contexts, truncation="only_second", max_length=max_length, stride=stride,
-                        return_overflowing_tokens=True, return_offsets_mapping=True)
+                        return_overflowing_tokens=True, return_offsets_mapping=True, return_token_type_ids=True)
     features = []
     for i in range(len(encoded["input_ids"])):
         example = encoded["overflow_to_sample_mapping"][i]

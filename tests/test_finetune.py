@@ -1,0 +1,384 @@
+"""training/finetune.py and training/tasks.py: real (tiny) fine-tuning runs on CPU.
+
+Models are random tiny stock BERT/RoBERTa MLM folders (the Auto class adds the task head) and XPT
+folders converted from them; tokenizers are the word-level test tokenizers of model_factories or a
+Korean Unigram tokenizer trained on a slice of the shared NSMC/KorSTS data.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.model_factories import KOREAN_WORDS, tiny_source, word_tokenizer
+from training import finetune
+from training.tasks import TaskDataError, TaskSpec, get_task, load_task_data, spec_from_cli
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+FINETUNE = REPO_ROOT / "training" / "finetune.py"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models gain nothing from threads, and on a busy 2-core machine thread hand-offs cost 3-4x."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+# --- helpers ------------------------------------------------------------------------------------------------
+POSITIVE = ["좋다", "재미있다"]
+
+
+def write_tsv(path: Path, header: list[str], rows: list[list]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+def sentiment_rows(n: int, seed: int) -> list[list]:
+    """Learnable toy sentiment: label 1 iff the sentence holds a positive word."""
+    gen = torch.Generator().manual_seed(seed)
+    neutral = [w for w in KOREAN_WORDS if w not in POSITIVE]
+    rows = []
+    for i in range(n):
+        words = [neutral[j] for j in torch.randint(len(neutral), (4,), generator=gen).tolist()]
+        label = i % 2
+        if label:
+            words.insert(int(torch.randint(4, (1,), generator=gen)), POSITIVE[i % 4 // 2])
+        rows.append([i, " ".join(words), label])
+    return rows
+
+
+def toy_sentiment_dir(root: Path) -> Path:
+    for split, n, seed in (("train", 48, 0), ("dev", 16, 1)):
+        write_tsv(root / f"{split}.tsv", ["id", "document", "label"], sentiment_rows(n, seed))
+    return root
+
+
+def stock_model_dir(root: Path, family: str = "bert") -> Path:
+    tokenizer = word_tokenizer(family, KOREAN_WORDS)
+    tiny_source(family, tokenizer, out_dir=root)
+    return root
+
+
+def xpt_model_dir(root: Path, tokenizer, train_sentences: int | None = 1000, method: str = "xpt") -> Path:
+    """XPT folder: English-side tiny BERT source (its own vocabulary) + Korean target tokenizer."""
+    from modeling_xpt import XPTForMaskedLM
+
+    source_tokenizer = word_tokenizer("bert", ["the", "a", "is", "of", "and", "to", "in"])
+    source = tiny_source("bert", source_tokenizer, out_dir=root.parent / f"{root.name}-source")
+    model = XPTForMaskedLM.from_source(source, tokenizer)
+    model.save_pretrained(root)
+    tokenizer.save_pretrained(root)
+    if train_sentences is not None:
+        (root / "training_summary.json").write_text(json.dumps(
+            {"method": method, "source_model": "tiny-bert", "data": {"train_sentences": train_sentences}}))
+    return root
+
+
+def run_cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(FINETUNE), *map(str, args)], capture_output=True, text=True,
+                          cwd=REPO_ROOT, timeout=600, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+
+
+def quick(*args) -> list[str]:
+    return ["--no-progress", "--seeds", "1", "--epochs", "1", "--batch-size", "16", *map(str, args)]
+
+
+@pytest.fixture(scope="module")
+def korean_tokenizer(shared_data, tmp_path_factory):
+    """A 3,000-piece Korean Unigram tokenizer (BERT specials) trained on NSMC + KorSTS train text."""
+    from tokenization.train_tokenizer import train_tokenizer
+
+    texts = []
+    for name, columns in (("nsmc", ["document"]), ("korsts", ["sentence1", "sentence2"])):
+        with (shared_data / "tasks" / name / "train.tsv").open(encoding="utf-8") as handle:
+            for i, row in enumerate(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)):
+                if i == 3000:
+                    break
+                texts.extend(row[c] for c in columns)
+    tokenizer = train_tokenizer(texts, 3000, family="bert")
+    tokenizer.model_max_length = 64
+    return tokenizer
+
+
+@pytest.fixture(scope="module")
+def korean_bert(korean_tokenizer, tmp_path_factory):
+    return stock_model_dir_with(korean_tokenizer, tmp_path_factory.mktemp("korean-bert"))
+
+
+def stock_model_dir_with(tokenizer, root: Path, family: str = "bert") -> Path:
+    tiny_source(family, tokenizer, out_dir=root)
+    return root
+
+
+# --- registry and data -----------------------------------------------------------------------------------
+def test_registry_has_paper_tasks_with_declarative_specs():
+    for name in ("korsts", "nsmc", "paws-x", "kqp", "khs", "klue-ynat", "klue-sts", "klue-nli", "klue-ner",
+                 "klue-re", "klue-mrc"):
+        spec = get_task(name)
+        assert spec.task_type in ("single", "pair", "regression", "token", "qa")
+    assert get_task("paws-x").hub == ("google-research-datasets/paws-x", "ko")
+    assert get_task("klue-ner").metric == "entity_f1" and get_task("korsts").metric == "spearman"
+
+
+def test_local_shared_data_loads_and_validates(shared_data):
+    splits = load_task_data(get_task("korsts"), shared_data / "tasks" / "korsts")
+    assert {k: len(v) for k, v in splits.items()} == {"train": 5749, "dev": 1500, "test": 1379}
+    nsmc = load_task_data(get_task("nsmc"), shared_data / "tasks" / "nsmc", max_train_samples=100)
+    assert len(nsmc["train"]) == 100 and len(nsmc["dev"]) == 5000 and "test" not in nsmc
+    assert {r["label"] for r in nsmc["train"]} == {"0", "1"}
+
+
+def test_user_defined_task_from_cli_flags_and_json(tmp_path):
+    spec = spec_from_cli("mine", task_type="pair", text_columns="q1,q2", label_column="same", labels="no,yes")
+    assert (spec.task_type, spec.text_columns, spec.labels, spec.metric) == ("pair", ["q1", "q2"], ["no", "yes"], "accuracy")
+    spec = spec_from_cli("mine", task_spec=json.dumps({"type": "regression", "columns": ["a", "b"], "label_column": "s"}))
+    assert (spec.name, spec.task_type, spec.metric) == ("mine", "regression", "spearman")
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps({"name": "x", "task_type": "single", "text_columns": ["t"]}))
+    assert spec_from_cli("ignored", task_spec=str(path)).name == "x"
+    with pytest.raises(TaskDataError, match="unknown field"):
+        TaskSpec.from_dict({"name": "x", "task_type": "single", "text_columns": ["t"], "colums": 1})
+    with pytest.raises(TaskDataError, match="unknown task"):
+        spec_from_cli("no-such-task")
+
+
+# --- feature layout ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_pair_task_special_token_layout(family):
+    tokenizer = word_tokenizer(family, KOREAN_WORDS)
+    rows = [{"sentence1": "나는 학교에 간다", "sentence2": "오늘 날씨가 좋다", "score": "3.5"}]
+    feature = finetune.encode_sequence_task(get_task("korsts"), rows, tokenizer, 64, None)[0]
+    tokens = tokenizer.convert_ids_to_tokens(feature["input_ids"])
+    if family == "bert":
+        assert tokens == ["[CLS]", "나는", "학교에", "간다", "[SEP]", "오늘", "날씨가", "좋다", "[SEP]"]
+        assert feature["token_type_ids"] == [0] * 5 + [1] * 4
+    else:
+        assert tokens == ["<s>", "나는", "학교에", "간다", "</s>", "</s>", "오늘", "날씨가", "좋다", "</s>"]
+    assert feature["labels"] == 3.5 and feature["attention_mask"] == [1] * len(tokens)
+
+
+def test_pair_layout_with_trained_korean_tokenizer(korean_tokenizer):
+    rows = [{"sentence1": "한 남자가 춤을 추고 있다.", "sentence2": "남자가 노래한다.", "score": "1.0"}]
+    feature = finetune.encode_sequence_task(get_task("korsts"), rows, korean_tokenizer, 64, None)[0]
+    ids, types = feature["input_ids"], feature["token_type_ids"]
+    cls, sep = korean_tokenizer.cls_token_id, korean_tokenizer.sep_token_id
+    assert ids[0] == cls and ids[-1] == sep and ids.count(sep) == 2
+    first_sep = ids.index(sep)
+    assert types == [0] * (first_sep + 1) + [1] * (len(ids) - first_sep - 1)
+    assert korean_tokenizer.decode(ids[1:first_sep]).replace(" ", "") == rows[0]["sentence1"].replace(" ", "")
+
+
+# --- training ---------------------------------------------------------------------------------------------------
+def args_for(model: Path, task: str, data_dir: Path, out: Path, *extra) -> "argparse.Namespace":  # noqa: F821
+    return finetune.build_parser().parse_args(["--model", str(model), "--task", task, "--data-dir", str(data_dir),
+                                               "--output-dir", str(out), *quick(*extra)])
+
+
+def prepared(args):
+    spec = spec_from_cli(args.task)
+    splits = load_task_data(spec, args.data_dir, args.max_train_samples, args.max_eval_samples)
+    tokenizer, config = finetune.load_tokenizer_and_config(args.model, spec)
+    features = finetune.build_features(spec, splits, tokenizer, 64, 16)
+    return spec, splits, tokenizer, config, features
+
+
+def test_training_loss_falls_on_nsmc_slice(shared_data, korean_bert, tmp_path):
+    # A random 32-wide BERT sits near ln 2 for a few epochs before it starts to fit 256 reviews; a high
+    # learning rate shortens that plateau (the paper's 5e-5 is for pretrained encoders).
+    args = args_for(korean_bert, "nsmc", shared_data / "tasks" / "nsmc", tmp_path, "--max-train-samples", 256,
+                    "--max-eval-samples", 64, "--epochs", 6, "--learning-rate", 3e-3, "--batch-size", 16)
+    spec, splits, tokenizer, config, features = prepared(args)
+    run, _ = finetune.train_one_seed(args, spec, config, tokenizer, splits, features, 0, torch.device("cpu"), False)
+    losses = [epoch["train_loss"] for epoch in run["epochs"]]
+    assert len(run["step_losses"]) == 6 * 16
+    assert losses[-1] < 0.6 < 0.68 < losses[0], losses
+    assert 1 <= run["best_epoch"] <= 6 and 0.0 <= run["dev"] <= 100.0 and run["test"] is None
+
+
+def test_same_seed_gives_identical_results(shared_data, korean_bert, tmp_path):
+    common = ["--model", korean_bert, "--task", "korsts", "--data-dir", shared_data / "tasks" / "korsts",
+              *quick("--max-train-samples", 48, "--max-eval-samples", 32, "--epochs", 2, "--seeds", "0,1")]
+    results, losses = [], []
+    for name in ("a", "b"):
+        assert finetune.main([*map(str, common), "--output-dir", str(tmp_path / name)]) == 0
+        results.append(json.loads((tmp_path / name / "results.json").read_text()))
+        losses.append(json.loads((tmp_path / name / "runs" / "seed_0.json").read_text())["step_losses"])
+    assert results[0]["scores"] == results[1]["scores"] and results[0]["runs"] == results[1]["runs"]
+    assert losses[0] == losses[1]
+    assert results[0]["scores"][0] != results[0]["scores"][1]  # and another seed is another run
+    assert results[0]["split"] == "test" and results[0]["seeds"] == [0, 1]
+
+
+def test_cli_xpt_folder_on_korsts_writes_results_json(shared_data, korean_tokenizer, tmp_path):
+    """The acceptance command on a real XPT folder (remote code), training_summary.json copied over."""
+    model = xpt_model_dir(tmp_path / "xpt", korean_tokenizer, train_sentences=4321)
+    out = tmp_path / "out"
+    result = run_cli("--model", model, "--task", "korsts", "--data-dir", shared_data / "tasks" / "korsts",
+                     "--seeds", 2, "--output-dir", out, "--max-train-samples", 64, "--epochs", 1,
+                     "--max-eval-samples", 32, "--batch-size", 16)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert (results["task"], results["metric"], results["split"]) == ("korsts", "spearman", "test")
+    assert results["seeds"] == [0, 1] and len(results["scores"]) == 2
+    assert results["mean"] == pytest.approx(sum(results["scores"]) / 2)
+    assert results["std"] == pytest.approx(abs(results["scores"][0] - results["scores"][1]) / 2 ** 0.5)
+    assert results["post_training"]["method"] == "xpt" and results["post_training"]["train_sentences"] == 4321
+    assert [r["seed"] for r in results["runs"]] == [0, 1] and all(r["best_epoch"] == 1 for r in results["runs"])
+    assert (out / "runs" / "seed_1.json").is_file()
+    assert "mean ± std" in result.stdout and "| seed | best epoch | dev | test |" in result.stdout
+
+
+@pytest.mark.parametrize("kind", ["bert", "xpt"])
+def test_lora_trains_only_adapters_and_head(kind, tmp_path):
+    tokenizer = word_tokenizer("bert", KOREAN_WORDS)
+    model_dir = (stock_model_dir_with(tokenizer, tmp_path / "m") if kind == "bert"
+                 else xpt_model_dir(tmp_path / "m", tokenizer))
+    data = toy_sentiment_dir(tmp_path / "data")
+    args = args_for(model_dir, "nsmc", data, tmp_path / "out", "--peft", "lora", "--epochs", 2, "--learning-rate", 1e-2)
+    spec, splits, tokenizer, config, features = prepared(args)
+    finetune.set_seed(0)
+    reference = finetune.load_model(str(model_dir), spec, config, spec.labels).state_dict()
+    run, model = finetune.train_one_seed(args, spec, config, tokenizer, splits, features, 0, torch.device("cpu"), False)
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n or "modules_to_save" in n for n in trainable), trainable
+    assert any("lora_" in n for n in trainable) and any("modules_to_save" in n for n in trainable)
+    assert run["trainable_parameters"] < run["total_parameters"] / 2
+    merged = model.merge_and_unload()  # base weights + LoRA deltas; frozen non-LoRA weights must be untouched
+    changed = {n for n, t in merged.state_dict().items() if not torch.equal(t, reference[n])}
+    encoder_prefix = merged.base_model_prefix + "."
+    for name in changed:  # only attention query/value (LoRA-merged) and the head moved
+        assert not name.startswith(encoder_prefix) or name.rsplit(".", 2)[-2] in ("query", "value"), name
+    assert any(not n.startswith(encoder_prefix) for n in changed)  # the head trained
+    assert any(".query." in n for n in changed) and any(".value." in n for n in changed)
+
+
+def test_token_classification_ner_fixture(tmp_path):
+    """NER on a tiny local JSONL fixture: tags on the first sub-token, entity F1 through the CLI."""
+    sentences = [
+        (["김철수", "는", "서울", "에", "산다"], ["B-PS", "O", "B-LC", "O", "O"]),
+        (["이영희", "가", "부산", "으로", "갔다"], ["B-PS", "O", "B-LC", "O", "O"]),
+        (["삼성", "전자", "는", "서울", "에", "있다"], ["B-OG", "I-OG", "O", "B-LC", "O", "O"]),
+        (["박민수", "는", "삼성", "전자", "에", "다닌다"], ["B-PS", "O", "B-OG", "I-OG", "O", "O"]),
+    ] * 4
+    words = sorted({w for s, _ in sentences for w in s})
+    tokenizer = word_tokenizer("bert", words)
+    model_dir = stock_model_dir_with(tokenizer, tmp_path / "m")
+    data = tmp_path / "ner"
+    data.mkdir()
+    for split in ("train", "dev"):
+        (data / f"{split}.jsonl").write_text("".join(json.dumps({"tokens": s, "tags": t}, ensure_ascii=False) + "\n"
+                                                     for s, t in sentences), encoding="utf-8")
+    spec = json.dumps({"task_type": "token", "tokens_column": "tokens", "label_column": "tags",
+                       "labels": ["O", "B-PS", "I-PS", "B-LC", "I-LC", "B-OG", "I-OG"]})
+    out = tmp_path / "out"
+    assert finetune.main(["--model", str(model_dir), "--task", "toy-ner", "--task-spec", spec, "--data-dir", str(data),
+                          "--output-dir", str(out), *quick("--epochs", 15, "--learning-rate", 5e-3, "--batch-size", 8)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["metric"] == "entity_f1" and results["split"] == "dev"
+    assert results["mean"] > 80.0, results  # memorises 16 sentences: the decoding path really maps tags back
+    tokens = finetune.encode_token_task(finetune.spec_from_cli("x", task_spec=spec), [
+        {"tokens": ["김철수", "는"], "tags": ["B-PS", "O"]}], tokenizer, 64, json.loads(spec)["labels"])[0]
+    assert tokens["labels"] == [-100, 1, 0, -100] and tokens["word_positions"] == [1, 2]
+
+
+def test_extractive_qa_fixture(tmp_path):
+    contexts = [("철수 는 서울 에 산다", "철수 는 어디 에 사나", "서울"),
+                ("영희 는 부산 에서 일한다", "영희 는 어디 에서 일하나", "부산"),
+                ("회의 는 내일 열린다", "회의 는 언제 열리나", "내일"),
+                ("민수 는 학교 에 간다", "민수 는 어디 에 가나", "학교")] * 4
+    rows = [{"id": str(i), "context": c, "question": q, "answers": {"text": [a], "answer_start": [c.index(a)]}}
+            for i, (c, q, a) in enumerate(contexts)]
+    words = sorted({w for c, q, _ in contexts for w in (c + " " + q).split()})
+    tokenizer = word_tokenizer("bert", words)
+    spec = finetune.spec_from_cli("toy-qa", task_type="qa")
+    feature = finetune.encode_qa_task(spec, rows[:1], tokenizer, 64, 16)[0]
+    span = feature["input_ids"][feature["start_positions"]:feature["end_positions"] + 1]
+    assert tokenizer.decode(span) == "서울"
+    # decoding: the best valid span from hand-set logits
+    start, end = torch.full((len(feature["input_ids"]),), -5.0), torch.full((len(feature["input_ids"]),), -5.0)
+    start[feature["start_positions"]], end[feature["end_positions"]] = 3.0, 3.0
+    start[0] = end[0] = 9.0  # [CLS] is outside the context and must be ignored
+    assert finetune.decode_qa([feature], [(start.numpy(), end.numpy())], rows[:1], spec) == ["서울"]
+
+    model_dir = stock_model_dir_with(tokenizer, tmp_path / "m")
+    data = tmp_path / "qa"
+    data.mkdir()
+    for split in ("train", "dev"):
+        (data / f"{split}.json").write_text(json.dumps({"data": rows}, ensure_ascii=False), encoding="utf-8")
+    out = tmp_path / "out"
+    assert finetune.main(["--model", str(model_dir), "--task", "toy-qa", "--task-type", "qa", "--data-dir", str(data),
+                          "--output-dir", str(out), *quick("--epochs", 20, "--learning-rate", 5e-3, "--batch-size", 8)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["metric"] == "qa_f1" and set(results["metrics"]) == {"qa_f1"}
+    assert results["mean"] > 70.0, results
+
+
+# --- bad input -------------------------------------------------------------------------------------------------------
+def bad_input_case(case: str, tmp_path: Path) -> list[str]:
+    data = toy_sentiment_dir(tmp_path / "data")
+    model = stock_model_dir(tmp_path / "m")
+    task = ["--task", "nsmc"]
+    if case == "missing label column":
+        task = ["--task", "mine", "--task-type", "single", "--text-columns", "document", "--label-column", "stars"]
+    elif case == "label outside the set":
+        rows = sentiment_rows(16, 1)
+        rows[3][2] = 7
+        write_tsv(data / "dev.tsv", ["id", "document", "label"], rows)
+    elif case == "empty split":
+        write_tsv(data / "dev.tsv", ["id", "document", "label"], [])
+    elif case == "no head for the task type":
+        from transformers import CLIPTextConfig
+
+        CLIPTextConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                       intermediate_size=64).save_pretrained(model)
+    elif case == "vocabulary mismatch":
+        config = json.loads((model / "config.json").read_text())
+        config["vocab_size"] = 8  # the tokenizer has len(KOREAN_WORDS) + 5 tokens
+        (model / "config.json").write_text(json.dumps(config))
+    elif case == "regression label out of range":
+        write_tsv(data / "train.tsv", ["sentence1", "sentence2", "score"], [["나는", "간다", "7.5"]])
+        write_tsv(data / "dev.tsv", ["sentence1", "sentence2", "score"], [["나는", "간다", "2"]])
+        task = ["--task", "korsts"]
+    elif case == "no data dir or hub":
+        return ["--model", str(model), "--task", "kqp", "--output-dir", str(tmp_path / "out"), *quick()]
+    return ["--model", str(model), *task, "--data-dir", str(data), "--output-dir", str(tmp_path / "out"), *quick()]
+
+
+BAD_INPUT = {
+    "missing label column": "no column(s) ['stars']",
+    "label outside the set": "dev row 3 has label '7', not in the declared label set ['0', '1']",
+    "empty split": "the dev split is empty",
+    "no head for the task type": "cannot get a single head: AutoModelForSequenceClassification has no class for CLIPTextConfig",
+    "vocabulary mismatch": "tokenizer/model vocabulary mismatch",
+    "regression label out of range": "outside the declared range [0.0, 5.0]",
+    "no data dir or hub": "has no Hub dataset; pass --data-dir",
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUT))
+def test_bad_input_fails_early_with_one_line(case, tmp_path, capsys):
+    argv = bad_input_case(case, tmp_path)
+    capsys.readouterr()  # drop the fixture's own output (weight-saving progress bars)
+    assert finetune.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and BAD_INPUT[case] in err[0], err
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_bad_input_cli_exit_2_without_traceback(tmp_path):
+    result = run_cli(*bad_input_case("label outside the set", tmp_path))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("error: task 'nsmc': dev row 3 has label '7'")
