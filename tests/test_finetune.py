@@ -77,7 +77,7 @@ def xpt_model_dir(root: Path, tokenizer, train_sentences: int | None = 1000, met
 
     source_tokenizer = word_tokenizer("bert", ["the", "a", "is", "of", "and", "to", "in"])
     source = tiny_source("bert", source_tokenizer, out_dir=root.parent / f"{root.name}-source")
-    model = XPTForMaskedLM.from_source(source, tokenizer)
+    model = XPTForMaskedLM.from_source(source, tokenizer, scratch=method == "scratch")
     model.save_pretrained(root)
     tokenizer.save_pretrained(root)
     if train_sentences is not None:

@@ -1,0 +1,71 @@
+"""training/compare.py on results.json files produced by real tiny fine-tuning runs."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.model_factories import KOREAN_WORDS, word_tokenizer
+from tests.test_finetune import quick, stock_model_dir_with, toy_sentiment_dir, xpt_model_dir
+from training import compare, finetune
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def result_dirs(tmp_path_factory):
+    """Five real runs: XPT and Scratch folders at two post-training sizes each, plus a stock baseline."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("compare")
+    tokenizer = word_tokenizer("bert", KOREAN_WORDS)
+    data = toy_sentiment_dir(root / "data")
+    models = {"stock": stock_model_dir_with(tokenizer, root / "stock")}
+    for method in ("xpt", "scratch"):
+        for sentences in (1000, 10000):
+            models[f"{method}-{sentences}"] = xpt_model_dir(root / f"{method}-{sentences}", tokenizer, sentences, method)
+    outs = []
+    for name, model in models.items():
+        out = root / "runs" / name
+        argv = ["--model", str(model), "--task", "nsmc", "--data-dir", str(data), "--output-dir", str(out),
+                *quick("--seeds", 2, "--epochs", 2, "--learning-rate", 1e-3)]
+        assert finetune.main(argv) == 0
+        outs.append(out)
+    torch.set_num_threads(previous)
+    return root, outs
+
+
+def test_compare_builds_table_and_png(result_dirs, tmp_path):
+    root, outs = result_dirs
+    report = compare.compare([str(root / "runs")], tmp_path / "report")  # a folder is searched recursively
+    assert len(report["rows"]) == 5
+    table = (tmp_path / "report" / "results.md").read_text()
+    assert "### nsmc (accuracy)" in table
+    lines = [line for line in table.splitlines() if line.startswith("| ") and "method" not in line and "---" not in line]
+    assert len(lines) == 5
+    methods = [line.split("|")[1].strip() for line in lines]
+    sizes = [line.split("|")[2].strip() for line in lines]
+    assert methods == ["scratch", "scratch", "stock", "xpt", "xpt"] and sizes == ["1K", "10K", "-", "1K", "10K"]
+    results = json.loads((root / "runs" / "xpt-10000" / "results.json").read_text())
+    assert f"{results['mean']:.2f} ± {results['std']:.2f} | 2 |" in table
+    png = tmp_path / "report" / "nsmc.png"
+    assert report["plots"] == [str(png)]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+
+
+def test_compare_cli_and_errors(result_dirs, tmp_path):
+    root, outs = result_dirs
+    script = REPO_ROOT / "training" / "compare.py"
+    files = [str(out / "results.json") for out in outs[:3]]
+    result = subprocess.run([sys.executable, str(script), *files, "--out", str(tmp_path / "r")],
+                            capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "r" / "results.md").is_file() and (tmp_path / "r" / "nsmc.png").is_file()
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"task": "nsmc"}))
+    assert compare.main([str(bad), "--out", str(tmp_path / "x")]) == 2
+    assert compare.main([str(tmp_path / "missing"), "--out", str(tmp_path / "x")]) == 2
