@@ -382,3 +382,46 @@ def test_bad_input_cli_exit_2_without_traceback(tmp_path):
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("error: task 'nsmc': dev row 3 has label '7'")
+
+
+def test_hub_loader_conversion_with_in_memory_datasets():
+    """The Hub path minus the download (impossible offline): ClassLabels become names, splits are
+    renamed, KLUE-RE gets typed entity markers, and the records pass validation."""
+    from datasets import ClassLabel, Dataset, DatasetDict, Features, List, Value
+
+    from training.tasks import load_hub, validate
+
+    ner = Features({"tokens": List(Value("string")), "ner_tags": List(ClassLabel(names=get_task("klue-ner").labels))})
+    o, b_ps = get_task("klue-ner").labels.index("O"), get_task("klue-ner").labels.index("B-PS")
+    ner_split = Dataset.from_dict({"tokens": [["철", "수", "가"]], "ner_tags": [[b_ps, b_ps + 1, o]]}, features=ner)
+    calls = []
+
+    def fake_load(path, name):
+        calls.append((path, name))
+        return DatasetDict(train=ner_split, validation=ner_split)
+
+    spec = get_task("klue-ner")
+    splits = load_hub(spec, load_dataset=fake_load)
+    assert calls == [("klue/klue", "ner")] and set(splits) == {"train", "dev"}
+    assert splits["train"][0]["ner_tags"] == ["B-PS", "I-PS", "O"]
+    validate(spec, splits)
+
+    entity = Features({"word": Value("string"), "start_idx": Value("int32"), "end_idx": Value("int32"), "type": Value("string")})
+    re_features = Features({"sentence": Value("string"), "subject_entity": entity, "object_entity": entity,
+                            "label": ClassLabel(names=["no_relation", "per:origin"])})
+    re_split = Dataset.from_dict({"sentence": ["철수는 부산 출신이다."], "label": [1],
+                                  "subject_entity": [{"word": "철수", "start_idx": 0, "end_idx": 1, "type": "PER"}],
+                                  "object_entity": [{"word": "부산", "start_idx": 4, "end_idx": 5, "type": "LOC"}]},
+                                 features=re_features)
+    spec = TaskSpec.from_dict(get_task("klue-re").to_dict())  # a copy: load_hub fills in the label set
+    splits = load_hub(spec, load_dataset=lambda path, name: DatasetDict(train=re_split, validation=re_split))
+    assert splits["dev"][0]["sentence"] == "@ * PER * 철수 @는 # ^ LOC ^ 부산 # 출신이다."
+    assert splits["dev"][0]["label"] == "per:origin" and spec.labels == ["no_relation", "per:origin"]
+    validate(spec, splits)
+
+    # declared labels "0"/"1" but ClassLabel names "neg"/"pos": keep the integers as strings
+    paws = Dataset.from_dict({"sentence1": ["가"], "sentence2": ["나"], "label": [1]},
+                             features=Features({"sentence1": Value("string"), "sentence2": Value("string"),
+                                                "label": ClassLabel(names=["neg", "pos"])}))
+    splits = load_hub(get_task("paws-x"), load_dataset=lambda p, n: DatasetDict(train=paws, validation=paws, test=paws))
+    assert splits["test"][0]["label"] == "1"

@@ -119,7 +119,9 @@ def plot_task(task: str, rows: list[dict[str, Any]], out: Path) -> Path:
         ax.errorbar([p["sentences"] for p in points], [p["mean"] for p in points], yerr=[p["std"] for p in points],
                     marker="o", capsize=3, label=label)
     for label, row in references:
-        ax.axhline(row["mean"], linestyle="--", linewidth=1, label=f"{label} ({Path(row['model']).name})", color="gray")
+        name = Path(row["model"]).name
+        ax.axhline(row["mean"], linestyle="--", linewidth=1, color="gray",
+                   label=label if name == label else f"{label} ({name})")
     if sizes:
         ax.set_xscale("log")
         ax.set_xticks(sizes)

@@ -248,22 +248,25 @@ def load_local(spec: TaskSpec, data_dir: str | Path) -> dict[str, list[dict[str,
     return {split: _read_table(path) for split, path in files.items()}
 
 
-def _classlabel_to_names(dataset) -> list[dict[str, Any]]:
-    """Records of a `datasets.Dataset`, with ClassLabel ints (also inside Sequence) turned into names."""
-    from datasets import ClassLabel, Sequence  # local import: only the Hub path needs it
+def _classlabel_to_names(dataset, declared: list[str] | None = None) -> list[dict[str, Any]]:
+    """Records of a `datasets.Dataset`, with ClassLabel ints (also inside Sequence/List) turned into names.
+
+    When the task declares a label set that the ClassLabel names do not cover (e.g. labels "0"/"1"
+    but names "negative"/"positive"), the integers are kept as strings instead."""
+    from datasets import ClassLabel  # local import: only the Hub path needs it
+
+    def namer(label_feature: ClassLabel):
+        use_names = declared is None or set(label_feature.names) <= set(declared)
+        return lambda v: (label_feature.int2str(v) if use_names else str(v)) if isinstance(v, int) and v >= 0 else v
 
     converters: dict[str, Callable] = {}
     for column, feature in dataset.features.items():
+        inner = getattr(feature, "feature", None)
         if isinstance(feature, ClassLabel):
-            converters[column] = lambda v, f=feature: f.int2str(v) if isinstance(v, int) and v >= 0 else v
-        elif isinstance(feature, Sequence) and isinstance(feature.feature, ClassLabel):
-            converters[column] = lambda vs, f=feature.feature: [f.int2str(v) for v in vs]
-        elif isinstance(feature, list) and feature and isinstance(feature[0], ClassLabel):
-            converters[column] = lambda vs, f=feature[0]: [f.int2str(v) for v in vs]
-    rows = []
-    for row in dataset:
-        rows.append({k: converters[k](v) if k in converters else v for k, v in row.items()})
-    return rows
+            converters[column] = namer(feature)
+        elif isinstance(inner, ClassLabel):
+            converters[column] = lambda values, one=namer(inner): [one(v) for v in values]
+    return [{k: converters[k](v) if k in converters else v for k, v in row.items()} for row in dataset]
 
 
 def _convert_klue_sts(row):
@@ -287,16 +290,20 @@ def _convert_klue_re(row):
 CONVERTERS: dict[str, Callable[[dict], dict]] = {"klue_sts": _convert_klue_sts, "klue_re": _convert_klue_re}
 
 
-def load_hub(spec: TaskSpec) -> dict[str, list[dict[str, Any]]]:  # pragma: no cover - needs the network
-    """UNTESTED OFFLINE: `datasets.load_dataset(*spec.hub)`, ClassLabels as names, optional converter."""
-    from datasets import load_dataset
+def load_hub(spec: TaskSpec, load_dataset: Callable | None = None) -> dict[str, list[dict[str, Any]]]:
+    """`datasets.load_dataset(*spec.hub)`, ClassLabels as names, optional converter.
+
+    The download itself is UNTESTED OFFLINE (no network here); the tests pass an in-memory `DatasetDict`
+    through `load_dataset=` to check the conversion of ClassLabels, splits and converters."""
+    if load_dataset is None:
+        from datasets import load_dataset
 
     path, name = spec.hub
     dataset = load_dataset(path, name)
     out = {}
     for split, hub_split in spec.hub_splits.items():
         if hub_split in dataset:
-            rows = _classlabel_to_names(dataset[hub_split])
+            rows = _classlabel_to_names(dataset[hub_split], spec.labels)
             if spec.converter:
                 rows = [CONVERTERS[spec.converter](row) for row in rows]
             out[split] = rows
