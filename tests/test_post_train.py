@@ -530,3 +530,20 @@ def test_wop_auxiliary_objective_trains_and_is_not_saved(tiny, tmp_path):
     from safetensors.torch import load_file
 
     assert not any("wop" in k for k in load_file(str(tmp_path / "wop" / "model.safetensors")))
+
+
+def test_trains_its_own_tokenizer_when_none_is_given(tiny, tmp_path):
+    """The demo path: no tokenizer in the config -> tokenization.train_tokenizer on the train split,
+    in the source's family; a resumed run reuses it (the token rows depend on it)."""
+    out = tmp_path / "own-tok"
+    argv = [a for a in run_args(tiny, out, train_steps=3, phase1_steps=1, tokenizer_vocab_size=300)]
+    i = argv.index("--tokenizer")
+    del argv[i:i + 2]
+    summary = run_inprocess(argv)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(out)
+    assert tok.mask_token == "[MASK]" and tok.cls_token == "[CLS]"  # BERT family, like the source
+    assert summary["tokenizer"] == str(out / "tokenizer") and (out / "tokenizer" / "tokenizer.json").is_file()
+    ids = tok("서울은 한국의 수도 이다")["input_ids"]
+    assert ids[0] == tok.cls_token_id and tok.unk_token_id not in ids
