@@ -51,6 +51,7 @@ is added with weight `wop_weight`. The head is not saved with the model.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -310,7 +311,7 @@ def train(config: PostTrainConfig) -> dict:
         resume_from = Path(config.resume)
     state = read_state(resume_from) if resume_from else {
         "step": 0, "phase_index": 0, "phase_step": 0, "best_valid_loss": None, "bad_evals": 0,
-        "tokens_seen": 0, "wall_time_s": 0.0, "phase_records": [], "valid_history": []}
+        "tokens_seen": 0, "wall_time_s": 0.0, "train_time_s": 0.0, "phase_records": [], "valid_history": []}
     set_seed(config.seed)
 
     # ---- data, tokenizer, model ---------------------------------------------------------------
@@ -407,6 +408,7 @@ def train(config: PostTrainConfig) -> dict:
                                    num_workers=config.num_workers))
         tick, tick_tokens = time.time(), 0
         while state["phase_step"] < phase.steps:
+            step_started = time.time()
             batches = [next(loader) for _ in range(accumulation)]
             counts = torch.tensor([sum(int(b["labels"].ne(-100).sum()) for b in batches),
                                    sum(int(b["input_ids"].ne(tokenizer.pad_token_id).sum()) for b in batches),
@@ -419,7 +421,7 @@ def train(config: PostTrainConfig) -> dict:
                 batch = {k: v.to(accelerator.device) for k, v in batch.items() if k != "step"}
                 n_local = int(batch["labels"].ne(-100).sum())
                 sync = a == accumulation - 1
-                with (accelerator.no_sync(wrapped) if not sync and world > 1 else _nullcontext()):
+                with (accelerator.no_sync(wrapped) if not sync and world > 1 else contextlib.nullcontext()):
                     out = wrapped(**batch)
                     loss = out.loss * (n_local * world / max(1.0, global_masked))
                     if use_wop:
@@ -441,6 +443,7 @@ def train(config: PostTrainConfig) -> dict:
             state["step"] += 1
             state["phase_step"] += 1
             state["tokens_seen"] += int(global_tokens)
+            state["train_time_s"] = state.get("train_time_s", 0.0) + time.time() - step_started
             tick_tokens += global_tokens
             step = state["step"]
             if accelerator.is_main_process:
@@ -525,7 +528,8 @@ def train(config: PostTrainConfig) -> dict:
         "total_steps": state["step"],
         "tokens_seen": state["tokens_seen"],
         "wall_time_s": round(state["wall_time_s"], 2),
-        "tokens_per_s": round(state["tokens_seen"] / max(1e-9, state["wall_time_s"]), 1),
+        "train_time_s": round(state["train_time_s"], 2),  # optimiser steps only (no data prep, eval, saving)
+        "tokens_per_s": round(state["tokens_seen"] / max(1e-9, state["train_time_s"]), 1),
         "hardware": info,
         "batch": {"global_batch_size": config.global_batch_size, "per_device_batch_size": micro,
                   "gradient_accumulation_steps": accumulation, "max_seq_length": config.max_seq_length,
@@ -551,14 +555,6 @@ def train(config: PostTrainConfig) -> dict:
     if trackers:
         accelerator.end_training()
     return summary
-
-
-class _nullcontext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 def launched_multi_cpu() -> bool:
