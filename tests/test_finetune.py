@@ -190,7 +190,7 @@ def prepared(args):
     spec = spec_from_cli(args.task)
     splits = load_task_data(spec, args.data_dir, args.max_train_samples, args.max_eval_samples)
     tokenizer, config = finetune.load_tokenizer_and_config(args.model, spec)
-    features = finetune.build_features(spec, splits, tokenizer, 64, 16)
+    features = finetune.build_features(spec, splits, tokenizer, 64, 16, config)
     return spec, splits, tokenizer, config, features
 
 
@@ -425,3 +425,21 @@ def test_hub_loader_conversion_with_in_memory_datasets():
                                                 "label": ClassLabel(names=["neg", "pos"])}))
     splits = load_hub(get_task("paws-x"), load_dataset=lambda p, n: DatasetDict(train=paws, validation=paws, test=paws))
     assert splits["test"][0]["label"] == "1"
+
+
+def test_roberta_source_xpt_with_bert_style_tokenizer_gets_no_segment_ids(tmp_path):
+    """type_vocab_size 1 (RoBERTa-sourced XPT) + a tokenizer that emits segment ids 1 for pairs: trains."""
+    from modeling_xpt import XPTForMaskedLM
+
+    tokenizer = word_tokenizer("bert", KOREAN_WORDS)
+    source = tiny_source("roberta", word_tokenizer("roberta", ["the", "a", "of"]))
+    model_dir = tmp_path / "xpt-roberta"
+    XPTForMaskedLM.from_source(source, tokenizer).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    rows = [[w1, w2, f"{i % 5}.0"] for i, (w1, w2) in enumerate(zip(KOREAN_WORDS, reversed(KOREAN_WORDS)))]
+    data = tmp_path / "sts"
+    write_tsv(data / "train.tsv", ["sentence1", "sentence2", "score"], rows)
+    write_tsv(data / "dev.tsv", ["sentence1", "sentence2", "score"], rows[:8])
+    assert finetune.main(["--model", str(model_dir), "--task", "korsts", "--data-dir", str(data),
+                          "--output-dir", str(tmp_path / "out"), *quick()]) == 0
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["split"] == "dev"

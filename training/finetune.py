@@ -240,7 +240,7 @@ def encode_qa_task(spec: TaskSpec, rows, tokenizer, max_length: int, stride: int
     return features
 
 
-def build_features(spec: TaskSpec, splits, tokenizer, max_length: int, doc_stride: int):
+def build_features(spec: TaskSpec, splits, tokenizer, max_length: int, doc_stride: int, config=None):
     out = {}
     for split, rows in splits.items():
         if spec.task_type == "token":
@@ -249,6 +249,12 @@ def build_features(spec: TaskSpec, splits, tokenizer, max_length: int, doc_strid
             out[split] = encode_qa_task(spec, rows, tokenizer, max_length, min(doc_stride, max_length // 4))
         else:
             out[split] = encode_sequence_task(spec, rows, tokenizer, max_length, spec.labels)
+    if config is not None and getattr(config, "type_vocab_size", 2) < 2:
+        # One segment embedding (RoBERTa, XPT from RoBERTa): a BERT-style tokenizer's segment ids 1 would
+        # index past it, and all-zero ids add nothing, so the model gets none.
+        for features in out.values():
+            for feature in features:
+                feature.pop("token_type_ids", None)
     return out
 
 
@@ -538,7 +544,7 @@ def run(args) -> dict[str, Any]:
     splits = load_task_data(spec, args.data_dir, args.max_train_samples, args.max_eval_samples, args.data_seed)
     tokenizer, config = load_tokenizer_and_config(args.model, spec)
     max_length = max_input_length(args.max_length, tokenizer, config)
-    features = build_features(spec, splits, tokenizer, max_length, args.doc_stride)
+    features = build_features(spec, splits, tokenizer, max_length, args.doc_stride, config)
     device = torch.device(args.device)
     out_dir = Path(args.output_dir)
     (out_dir / "runs").mkdir(parents=True, exist_ok=True)
