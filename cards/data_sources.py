@@ -14,7 +14,7 @@ KNOWN_FILES = {
     "ko_reviews.txt.gz": ("Naver Sentiment Movie Corpus raw reviews (github e9t/nsmc): colloquial movie reviews, "
                           "at most 140 characters", "CC0 1.0"),
     "ko_comments.txt.gz": ("Korean HateSpeech Dataset unlabeled comments (github kocohub/korean-hate-speech): online "
-                           "news comments and titles, colloquial, includes offensive and hateful language",
+                           "news comments and titles, colloquial; gathered for hate-speech research, so it may contain offensive and hateful language",
                            "CC BY-SA 4.0"),
     "ko_formal.txt.gz": ("formal paragraphs collected by github yiunsr/boddari: Korean Wikinews articles, UNESCO "
                          "reports, public-domain fairy tales, book reviews",
