@@ -306,6 +306,8 @@ def _made_section(info: FolderInfo, tokenizer) -> list[str]:
                      + (" (packed)" if batch.get("packing") else ""))
     if _num(s.get("wall_time_s")):
         facts.append(f"wall time {fmt_duration(s['wall_time_s'])}")
+    if _num(s.get("train_time_s")):
+        facts.append(f"of which optimiser steps {fmt_duration(s['train_time_s'])}")
     if _num(s.get("tokens_per_s")):
         facts.append(f"{s['tokens_per_s']:,.1f} tokens/s")
     if facts:

@@ -238,6 +238,8 @@ def test_card_from_real_tiny_trained_folder_contains_its_numbers(trained_dir):
     for expected in (f"{fmt_int(summary['total_steps'])} optimiser steps", f"{fmt_int(summary['tokens_seen'])} tokens seen",
                      f"{fmt_int(data['train_sentences'])} train sentences", f"{fmt_int(data['train_tokens'])} train tokens",
                      f"wall time {fmt_duration(summary['wall_time_s'])}", f"torch {summary['hardware']['torch']}",
+                     *([f"optimiser steps {fmt_duration(summary['train_time_s'])}"] if "train_time_s" in summary else []),
+                     f"{summary['tokens_per_s']:,.1f} tokens/s",
                      f"transformers {summary['hardware']['transformers']}", summary["source_model"]):
         assert expected in text, expected
     for phase in summary["phases"]:
