@@ -443,3 +443,24 @@ def test_roberta_source_xpt_with_bert_style_tokenizer_gets_no_segment_ids(tmp_pa
     assert finetune.main(["--model", str(model_dir), "--task", "korsts", "--data-dir", str(data),
                           "--output-dir", str(tmp_path / "out"), *quick()]) == 0
     assert json.loads((tmp_path / "out" / "results.json").read_text())["split"] == "dev"
+
+
+def test_regression_learns_a_toy_sts(tmp_path):
+    """Predictions stay aligned with their references: a tiny model fits a toy STS (score = shared words)."""
+    tokenizer = word_tokenizer("bert", KOREAN_WORDS)
+    model_dir = stock_model_dir_with(tokenizer, tmp_path / "m")
+    gen = torch.Generator().manual_seed(0)
+    rows = []
+    for i in range(64):
+        first = [KOREAN_WORDS[j] for j in torch.randint(len(KOREAN_WORDS), (3,), generator=gen).tolist()]
+        shared = i % 4
+        second = first[:shared] + [KOREAN_WORDS[j] for j in torch.randint(len(KOREAN_WORDS), (3 - min(shared, 3),),
+                                                                         generator=gen).tolist()]
+        rows.append([" ".join(first), " ".join(second), f"{min(shared, 3) * 5 / 3:.2f}"])
+    for split in ("train", "dev"):
+        write_tsv(tmp_path / "d" / f"{split}.tsv", ["sentence1", "sentence2", "score"], rows)
+    assert finetune.main(["--model", str(model_dir), "--task", "korsts", "--data-dir", str(tmp_path / "d"),
+                          "--output-dir", str(tmp_path / "o"),
+                          *quick("--epochs", 15, "--learning-rate", 3e-3, "--batch-size", 8)]) == 0
+    results = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert results["metric"] == "spearman" and results["mean"] > 40.0, results
