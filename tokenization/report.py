@@ -59,7 +59,7 @@ def measure(tok, texts: Sequence[str], batch_size: int = 1000) -> dict:
     for i in range(0, len(texts), batch_size):
         batch = list(texts[i:i + batch_size])
         enc = tok(batch, add_special_tokens=False, return_offsets_mapping=True,
-                  return_attention_mask=False, return_token_type_ids=False)
+                  return_attention_mask=False, return_token_type_ids=False, verbose=False)
         for text, ids, offs in zip(batch, enc["input_ids"], enc["offset_mapping"]):
             ws = text.split()
             words += len(ws)
@@ -84,7 +84,7 @@ def measure(tok, texts: Sequence[str], batch_size: int = 1000) -> dict:
     distinct = sorted({c for t in texts for c in t if not c.isspace()})
     ok_types = 0
     for i in range(0, len(distinct), batch_size):
-        enc = tok(distinct[i:i + batch_size], add_special_tokens=False)["input_ids"]
+        enc = tok(distinct[i:i + batch_size], add_special_tokens=False, verbose=False)["input_ids"]
         ok_types += sum(1 for ids in enc if ids and unk_id not in ids)
     return {
         "texts": len(texts), "words": words, "tokens": tokens, "characters": chars,
@@ -154,8 +154,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     print(f"{len(texts):,} held-out texts from {a.corpus}"
           + (f" ({a.split} split)" if report["split"] else ""))
-    print(format_table({f"korean ({Path(a.tokenizer).name})": rows["korean"],
-                        f"source ({Path(src_name).name if Path(src_name).exists() else src_name})": rows["source"]}))
+    def label(path: str) -> str:
+        p = Path(path)
+        if not p.exists():
+            return path  # a Hub id
+        return p.parent.name if p.name == "model" else p.name  # the offline MiniLM package keeps it in .../model
+
+    print(format_table({f"korean ({label(a.tokenizer)})": rows["korean"], f"source ({label(src_name)})": rows["source"]}))
     js = json.dumps(report, indent=2, ensure_ascii=False)
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)

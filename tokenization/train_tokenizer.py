@@ -132,6 +132,11 @@ def train_tokenizer(
     (a warning is logged). Raises :class:`InputError` for no text at all, an unknown family,
     model or normaliser, or a ``vocab_size`` below the number of distinct characters.
     """
+    return _train(texts, vocab_size, family, out_dir, model, normalizer, model_max_length)
+
+
+def _train(texts, vocab_size, family, out_dir, model, normalizer, model_max_length,
+           show_progress: bool = False, length: int | None = None) -> PreTrainedTokenizerFast:
     if family not in FAMILIES:
         raise InputError(f"family {family!r} unknown: choose one of {', '.join(FAMILIES)}")
     if vocab_size <= len(FAMILIES[family]["order"]):
@@ -144,12 +149,12 @@ def train_tokenizer(
     specials = [_special(t, t == mask) for t in order]
     if model == "unigram":
         trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials, unk_token=unk,
-                                          show_progress=False)
+                                          show_progress=show_progress)
     else:
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False)
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=show_progress)
     seen = [0]
     try:
-        tok.train_from_iterator(_non_empty(texts, seen), trainer=trainer)
+        tok.train_from_iterator(_non_empty(texts, seen), trainer=trainer, length=length)
     except Exception as e:  # the Rust trainer raises a bare Exception
         if "not large enough to contain all chars" in str(e):
             raise InputError(f"vocab size {vocab_size} is smaller than the number of distinct characters in "
@@ -191,6 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--model-max-length", type=int, default=512)
     p.add_argument("--split", default="train", help="split of a prepared corpus to train on (default train)")
     p.add_argument("--max-texts", type=int, default=0, help="train on the first N texts only (0 = all)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
@@ -208,8 +214,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             yield t
 
     t0 = time.perf_counter()
-    tok = train_tokenizer(counting(texts), args.vocab_size, family=args.family, out_dir=None, model=args.model,
-                          normalizer=args.normalizer, model_max_length=args.model_max_length)
+    length = None
+    stats_file = Path(args.corpus) / "stats.json"
+    if stats_file.is_file():  # prepared corpus: the split size gives the progress bar a total
+        try:
+            length = json.loads(stats_file.read_text())["splits"][args.split]["sentences"]
+        except (KeyError, ValueError, TypeError):
+            length = None
+    if args.max_texts > 0 and length:
+        length = min(length, args.max_texts)
+    tok = _train(counting(texts), args.vocab_size, args.family, None, args.model, args.normalizer,
+                 args.model_max_length, show_progress=not args.no_progress, length=length)
     dt = time.perf_counter() - t0
     bad.warn()
     if len(tok) < args.vocab_size:
