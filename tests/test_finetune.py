@@ -464,3 +464,16 @@ def test_regression_learns_a_toy_sts(tmp_path):
                           *quick("--epochs", 15, "--learning-rate", 3e-3, "--batch-size", 8)]) == 0
     results = json.loads((tmp_path / "o" / "results.json").read_text())
     assert results["metric"] == "spearman" and results["mean"] > 40.0, results
+
+
+def test_hub_qa_drops_unanswerable_questions():
+    from datasets import Dataset, DatasetDict
+
+    from training.tasks import load_hub
+
+    split = Dataset.from_list([
+        {"question": "어디?", "context": "서울 에 산다", "answers": {"text": ["서울"], "answer_start": [0]}},
+        {"question": "언제?", "context": "서울 에 산다", "answers": {"text": [], "answer_start": []}},
+    ])
+    splits = load_hub(get_task("klue-mrc"), load_dataset=lambda p, n: DatasetDict(train=split, validation=split))
+    assert [r["question"] for r in splits["dev"]] == ["어디?"]

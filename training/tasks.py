@@ -148,7 +148,7 @@ register(TaskSpec("klue-re", "single", ["sentence"], "label", metric="f1_micro_n
                               "micro F1 without no_relation"))
 register(TaskSpec("klue-mrc", "qa", question_column="question", context_column="context", answers_column="answers",
                   metric="qa_f1", extra_metrics=["qa_exact_match"], hub=("klue/klue", "mrc"),
-                  description="KLUE machine reading comprehension (extractive; unanswerable questions not handled)"))
+                  description="KLUE machine reading comprehension (extractive; questions without an answer are dropped)"))
 
 
 def get_task(name: str) -> TaskSpec:
@@ -306,6 +306,12 @@ def load_hub(spec: TaskSpec, load_dataset: Callable | None = None) -> dict[str, 
             rows = _classlabel_to_names(dataset[hub_split], spec.labels)
             if spec.converter:
                 rows = [CONVERTERS[spec.converter](row) for row in rows]
+            if spec.task_type == "qa":  # e.g. KLUE-MRC's unanswerable questions: extractive QA only
+                answerable = [r for r in rows if (r.get(spec.answers_column) or {}).get("text")]
+                if len(answerable) < len(rows):
+                    print(f"{spec.name} {split}: dropped {len(rows) - len(answerable)} questions without an answer",
+                          file=sys.stderr)
+                rows = answerable
             out[split] = rows
     if spec.labels is None and "train" in dataset:
         from datasets import ClassLabel
