@@ -78,7 +78,7 @@ def _size(n) -> str:
     n = int(n)
     for unit, div in (("M", 1_000_000), ("K", 1_000)):
         if n >= div:
-            return f"{n / div:g}{unit}"
+            return f"{n / div:.3g}{unit}"
     return str(n)
 
 
