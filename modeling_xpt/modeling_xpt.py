@@ -475,10 +475,9 @@ class XPTForMaskedLM(XPTPreTrainedModel):
             # computing it only where a loss is taken saves ~85% of it and of its activations.
             masked = labels.ne(-100)
             logits = self.lm_head(hidden_states[masked])
-            if logits.shape[0]:
-                loss = F.cross_entropy(logits.float(), labels[masked])
-            else:  # no masked token in the batch: a zero loss that still has a graph
-                loss = logits.float().sum()
+            # Sum over masked tokens / their count (at least 1): the mean cross-entropy, without a
+            # data-dependent branch (torch.compile) and 0 with a graph when nothing is masked.
+            loss = F.cross_entropy(logits.float(), labels[masked], reduction="sum") / masked.sum().clamp(min=1)
         output = MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
