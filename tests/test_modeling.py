@@ -370,3 +370,40 @@ def test_cli_reports_errors_in_one_line(tmp_path):
                            "--tokenizer", str(tmp_path / "nope"), "--out", str(tmp_path / "o")],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.startswith("error:") and "Traceback" not in proc.stderr
+
+
+FILL_MASK = textwrap.dedent(
+    """
+    import importlib.abc, json, sys
+    class Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in {"modeling_xpt", "tokenization", "training", "cards"}:
+                raise ImportError(name)
+    sys.meta_path.insert(0, Block())
+    from transformers import pipeline
+    fill = pipeline("fill-mask", model=sys.argv[1], trust_remote_code=True)
+    print("RESULT" + json.dumps(fill(sys.argv[2], top_k=3)))
+    """
+)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_fill_mask_pipeline_answers_korean_with_trained_tokenizer(family, korean_sentences, tmp_path):
+    from tokenization.train_tokenizer import train_tokenizer
+
+    tokenizer = train_tokenizer(korean_sentences * 3, vocab_size=200, family=family)
+    source = tiny_source(family, tokenizer)
+    model = XPTForMaskedLM.from_source(source, tokenizer).eval()
+    model.save_pretrained(tmp_path / "xpt")
+    tokenizer.save_pretrained(tmp_path / "xpt")
+    sentence = f"오늘은 {tokenizer.mask_token} 맑고 따뜻하다."  # words the tiny tokenizer was trained on
+    predictions = run_isolated(FILL_MASK, str(tmp_path / "xpt"), sentence, cwd=tmp_path)
+    assert len(predictions) == 3
+    batch = tokenizer(sentence, return_tensors="pt")
+    position = batch["input_ids"][0].tolist().index(tokenizer.mask_token_id)
+    with torch.no_grad():
+        probs = model(**batch).logits[0, position].softmax(-1)
+    assert predictions[0]["token"] == int(probs.argmax())
+    assert predictions[0]["score"] == pytest.approx(float(probs.max()), rel=1e-4)
+    assert tokenizer.unk_token_id not in batch["input_ids"][0].tolist()
+    assert all(p["sequence"].startswith("오늘은") and p["sequence"].endswith("맑고 따뜻하다.") for p in predictions), predictions
