@@ -62,7 +62,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from .corpus_io import COMPLETE_MARKER, SPLITS, Utf8Counter, base_suffix, iter_lines
+from .corpus_io import COMPLETE_MARKER, SPLITS, Utf8Counter, base_suffix, iter_file_texts, iter_lines
 from .errors import InputError, run_cli
 from .korean_text import _HANGUL, clean_paragraph, split_sentences
 
@@ -106,21 +106,9 @@ def _iter_wikiextractor(path: Path, bad: Utf8Counter) -> Iterator[Doc]:
 def _iter_file(path: Path, bad: Utf8Counter, text_field: str) -> Iterator[Doc]:
     if _looks_like_wikiextractor(path):
         yield from _iter_wikiextractor(path, bad)
-    elif base_suffix(path) in (".jsonl", ".json"):
-        for n, line in enumerate(iter_lines(path, bad), 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                raise InputError(f"{path}:{n}: not a JSON line (rename plain text files to .txt)") from None
-            text = rec.get(text_field) if isinstance(rec, dict) else None
-            if not isinstance(text, str):
-                raise InputError(f"{path}:{n}: no string field {text_field!r} (use --text-field NAME)")
-            yield Doc(text)
     else:
-        for line in iter_lines(path, bad):
-            yield Doc(line)
+        for text in iter_file_texts(path, bad, text_field):
+            yield Doc(text)
 
 
 def _iter_hf(spec: str, text_field: str) -> Iterator[Doc]:
