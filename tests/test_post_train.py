@@ -547,3 +547,26 @@ def test_trains_its_own_tokenizer_when_none_is_given(tiny, tmp_path):
     assert summary["tokenizer"] == str(out / "tokenizer") and (out / "tokenizer" / "tokenizer.json").is_file()
     ids = tok("서울은 한국의 수도 이다")["input_ids"]
     assert ids[0] == tok.cls_token_id and tok.unk_token_id not in ids
+
+
+def test_push_to_hub_from_the_config_uploads_the_saved_folder(tiny, tmp_path, monkeypatch):
+    import cards.push
+
+    uploads = []
+
+    def fake_upload(repo_id, files, **kwargs):  # the one networked function of cards.push
+        uploads.append((repo_id, sorted(name for name, _ in files)))
+        return f"https://huggingface.co/{repo_id}/commit/0"
+
+    monkeypatch.setattr(cards.push, "hub_upload", fake_upload)
+    monkeypatch.setenv("HF_TOKEN", "hf_test_token")
+    out = tmp_path / "pushed"
+    run_inprocess(run_args(tiny, out, train_steps=2, phase1_steps=1, push_to_hub="my-org/xpt-tiny", keep_checkpoints="false"))
+    assert uploads and uploads[0][0] == "my-org/xpt-tiny"
+    assert {"model.safetensors", "modeling_xpt.py", "configuration_xpt.py", "README.md"} <= set(uploads[0][1])
+    assert (out / "model.safetensors").exists()
+
+
+def test_push_to_hub_needs_org_and_name(tiny, tmp_path, capsys):
+    assert post_train.main(run_args(tiny, tmp_path / "x", push_to_hub="no-org")) == 2
+    assert "push_to_hub" in capsys.readouterr().err

@@ -133,6 +133,8 @@ class PostTrainConfig:
     keep_checkpoints: bool = False  # keep OUTPUT/checkpoints after a successful run (default: delete them)
     logging_steps: int = 10
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
+    push_to_hub: str | None = None  # ORG/NAME: after saving, validate, write the card and upload (cards.push)
+    hub_private: bool = False  # with push_to_hub: create the repo private
     num_workers: int = 0
     max_steps: int | None = None  # quick runs: scale every phase to a total of N steps (each keeps >= 1)
     stop_after_steps: int | None = None  # debug: hard-exit after N steps, as if killed (tests resume)
@@ -355,6 +357,8 @@ def resolve_local(path: str) -> Path | None:
 def validate_config(c: PostTrainConfig, world_size: int | None = None, check_data: bool = True) -> None:
     if c.method not in METHODS:
         raise ConfigError("method", f"{c.method!r} is not one of {METHODS}")
+    if c.push_to_hub is not None and (c.push_to_hub.count("/") != 1 or not all(c.push_to_hub.split("/"))):
+        raise ConfigError("push_to_hub", f"{c.push_to_hub!r}: use ORG/NAME, e.g. my-org/xpt-ko-4m")
     if c.embedding_init not in ("random", "overlap"):
         raise ConfigError("embedding_init", f"{c.embedding_init!r}: use 'random' or 'overlap'")
     if c.itl_init not in ("random", "copy"):

@@ -551,6 +551,16 @@ def train(config: PostTrainConfig) -> dict:
             import shutil
 
             shutil.rmtree(output_dir / "checkpoints", ignore_errors=True)
+        if config.push_to_hub:
+            from cards.push import PushError, push_to_hub
+
+            try:  # the folder is saved whatever happens here; a failed upload can be retried by hand
+                push_to_hub(output_dir, config.push_to_hub, private=config.hub_private, log=log)
+                summary["pushed_to"] = config.push_to_hub
+            except PushError as error:
+                log(f"push to {config.push_to_hub} failed, nothing uploaded: {error}\n  the model is saved in "
+                    f"{output_dir}; retry with `python -m cards.push --model-dir {output_dir} --repo-id {config.push_to_hub}`")
+                summary["push_error"] = str(error)
     accelerator.wait_for_everyone()
     if trackers:
         accelerator.end_training()
