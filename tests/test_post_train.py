@@ -233,6 +233,17 @@ def test_prepared_splits_folder_is_used_as_is(tmp_path):
     assert splits["valid"][0]["text"].startswith("valid")
 
 
+def test_saved_dataset_dict_keeps_its_splits(tmp_path):
+    import datasets
+
+    data = {split: datasets.Dataset.from_dict({"text": [f"{split} 문장 {i}" for i in range(n)], "id": list(range(n))})
+            for split, n in (("train", 12), ("validation", 3), ("test", 2))}
+    datasets.DatasetDict(data).save_to_disk(str(tmp_path / "saved"))
+    splits = load_text_splits(str(tmp_path / "saved"), cache_dir=str(tmp_path / ".hf"))
+    assert {k: len(v) for k, v in splits.items()} == {"train": 12, "valid": 3, "test": 2}
+    assert splits["test"].column_names == ["text"] and splits["valid"][0]["text"].startswith("validation")
+
+
 # ----------------------------------------------------------------------------------------------
 # Config validation: fails before training, naming the field
 # ----------------------------------------------------------------------------------------------

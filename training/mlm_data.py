@@ -151,16 +151,10 @@ def load_text_splits(data: str, *, text_column: str = "text", valid_size: int = 
                                            limit=stream_limit), cache_dir=cache_dir)
     else:
         local = resolve_local(data)
-        if local is None:  # Hub dataset id
-            loaded = datasets.load_dataset(data, data_config, cache_dir=cache_dir)
-            for split, names in SPLIT_NAMES.items():
-                for name in names:
-                    if name in loaded:
-                        splits[split] = _text_only(loaded[name], text_column)
-                        break
-            corpus = splits.pop("train")
-        elif _is_saved_dataset(local) and (local / "dataset_dict.json").is_file():
-            loaded = datasets.load_from_disk(str(local))
+        saved_dict = local is not None and _is_saved_dataset(local) and (local / "dataset_dict.json").is_file()
+        if local is None or saved_dict:  # a Hub dataset id, or a DatasetDict saved with save_to_disk
+            loaded = (datasets.load_dataset(data, data_config, cache_dir=cache_dir) if local is None
+                      else datasets.load_from_disk(str(local)))
             for split, names in SPLIT_NAMES.items():
                 for name in names:
                     if name in loaded:
