@@ -450,6 +450,7 @@ class XPTForMaskedLM(XPTPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        masked_capacity: int | None = None,
         **kwargs,
     ) -> MaskedLMOutput | tuple:
         r"""
@@ -457,6 +458,10 @@ class XPTForMaskedLM(XPTPreTrainedModel):
             head runs only at the masked positions: `logits` is `(num_masked, vocab_size)` in the
             row-major order of `labels != -100`, and `loss` equals the dense cross-entropy. Without
             labels, `logits` is `(batch, length, vocab_size)`.
+        masked_capacity: with labels, run the LM head on exactly this many rows (at least the number
+            of masked tokens): the masked positions first, in the same order, then unmasked filler
+            rows that the loss ignores. `loss` is unchanged; `logits` is `(masked_capacity, vocab_size)`.
+            A static shape: no data-dependent sizes for torch.compile and no host synchronisation.
         """
         outputs = self.xpt(
             input_ids,
@@ -474,10 +479,18 @@ class XPTForMaskedLM(XPTPreTrainedModel):
             # The vocabulary projection is the largest matmul of the model; at 15% masking,
             # computing it only where a loss is taken saves ~85% of it and of its activations.
             masked = labels.ne(-100)
-            logits = self.lm_head(hidden_states[masked])
+            if masked_capacity is None:
+                logits = self.lm_head(hidden_states[masked])
+                targets = labels[masked]
+            else:
+                # stable sort puts the masked positions first, in row-major order, with a static size
+                flat = masked.reshape(-1)
+                rows = torch.argsort((~flat).to(torch.uint8), stable=True)[: min(masked_capacity, flat.numel())]
+                logits = self.lm_head(hidden_states.reshape(-1, hidden_states.shape[-1])[rows])
+                targets = labels.reshape(-1)[rows]
             # Sum over masked tokens / their count (at least 1): the mean cross-entropy, without a
             # data-dependent branch (torch.compile) and 0 with a graph when nothing is masked.
-            loss = F.cross_entropy(logits.float(), labels[masked], reduction="sum") / masked.sum().clamp(min=1)
+            loss = F.cross_entropy(logits.float(), targets, reduction="sum", ignore_index=-100) / masked.sum().clamp(min=1)
         output = MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )

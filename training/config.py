@@ -36,7 +36,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 METHODS = ("xpt", "xpt-sp", "scratch", "adapters", "xpt-no-itl")
 SCHEDULES = ("linear", "cosine", "constant")
-MIXED_PRECISION = ("no", "fp16", "bf16")
+MIXED_PRECISION = ("auto", "no", "fp16", "bf16")
+AUTO_BOOL = ("auto", True, False)
 # Kept in sync with modeling_xpt.PARAMETER_GROUPS / PHASE1_GROUPS (checked by a test); duplicated
 # so that parsing and --dry-run import neither torch nor transformers.
 PARAMETER_GROUPS = ("target_embeddings", "itl", "reused_encoder", "reused_embeddings", "lm_head_transform",
@@ -122,7 +123,10 @@ class PostTrainConfig:
     adam_beta2: float = 0.98
     adam_epsilon: float = 1e-6
     max_grad_norm: float = 1.0
-    mixed_precision: str = "no"  # no | fp16 | bf16
+    mixed_precision: str = "auto"  # auto | no | fp16 | bf16; auto: bf16 on CUDA with bf16 and on CPUs with AVX512-BF16/AMX, else no
+    compile: str | bool = "auto"  # torch.compile (inductor) of the training step's forward+backward; auto: CUDA, long CPU runs
+    fused_adamw: str | bool = "auto"  # AdamW(fused=True); auto: on
+    static_masked_head: str | bool = "auto"  # LM head on a static number of rows (no recompiles); auto: when compiling
     seed: int = 42
     eval_seed: int = 1234  # fixed masking of valid/test, comparable across runs and methods
     # --- bookkeeping -------------------------------------------------------------------------
@@ -367,6 +371,9 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
         raise ConfigError("adapter_size", "must be > 0 for method 'adapters'")
     if c.mixed_precision not in MIXED_PRECISION:
         raise ConfigError("mixed_precision", f"{c.mixed_precision!r} is not one of {MIXED_PRECISION}")
+    for name in ("compile", "fused_adamw", "static_masked_head"):
+        if getattr(c, name) not in AUTO_BOOL:
+            raise ConfigError(name, f"{getattr(c, name)!r} is not one of auto, true, false")
     if c.lr_schedule not in SCHEDULES:
         raise ConfigError("lr_schedule", f"{c.lr_schedule!r} is not one of {SCHEDULES}")
     for name in ("train_steps", "global_batch_size", "max_seq_length", "eval_steps", "save_steps", "logging_steps",

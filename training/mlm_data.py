@@ -410,10 +410,11 @@ def shuffle_word_order(ids: np.ndarray, labels: np.ndarray, seg_lengths, special
 
 def collate(rows: list[dict], row_indices, *, masker: Masker, seed: int, epoch: int, pad_id: int,
             position_offset: int, packing: bool, wop_probability: float = 0.0,
-            wop_fraction: float = 0.15) -> dict[str, torch.Tensor]:
+            wop_fraction: float = 0.15, pad_to: int | None = None) -> dict[str, torch.Tensor]:
     """Masked, padded batch. Packed rows get a (B, T, T) block mask and per-sentence positions.
-    With `wop_probability` > 0 that share of rows also gets word-order shuffling (`wop_labels`)."""
-    length = max(len(r["input_ids"]) for r in rows)
+    With `wop_probability` > 0 that share of rows also gets word-order shuffling (`wop_labels`).
+    `pad_to`: pad every batch to at least this length (one shape for compiled training)."""
+    length = max(max(len(r["input_ids"]) for r in rows), pad_to or 0)
     b = len(rows)
     input_ids = np.full((b, length), pad_id, dtype=np.int64)
     labels = np.full((b, length), -100, dtype=np.int64)

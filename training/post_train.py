@@ -108,7 +108,9 @@ def no_decay(name: str) -> bool:
     return name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name
 
 
-def build_optimizer(model, phase, config: PostTrainConfig):
+def build_optimizer(model, phase, config: PostTrainConfig, fused: bool = False):
+    """AdamW over the trainable parameters (no weight decay on biases and LayerNorm weights), and the
+    warmup schedule. `fused`: the single-kernel AdamW (CPU and CUDA), else torch's default."""
     import torch
 
     decay, plain = [], []
@@ -117,7 +119,8 @@ def build_optimizer(model, phase, config: PostTrainConfig):
             (plain if no_decay(name) else decay).append(param)
     groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": plain, "weight_decay": 0.0}]
     optimizer = torch.optim.AdamW([g for g in groups if g["params"]], lr=phase.learning_rate,
-                                  betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_epsilon)
+                                  betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_epsilon,
+                                  **({"fused": True} if fused else {}))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, WarmupSchedule(phase.warmup_steps, phase.steps, phase.schedule))
     return optimizer, scheduler
 
@@ -271,9 +274,14 @@ def train(config: PostTrainConfig) -> dict:
             print("warning: report_to tensorboard, but the tensorboard package is not installed "
                   "(`pip install tensorboard`); training without it", file=sys.stderr)
             trackers.remove("tensorboard")
-    accelerator = Accelerator(mixed_precision=config.mixed_precision, log_with=trackers or None,
+    from training.step import describe_speed, resolve_speed, training_step
+
+    multi_cpu = launched_multi_cpu()
+    speed = resolve_speed(config, "cuda" if torch.cuda.is_available() and not multi_cpu else "cpu",
+                          planned_steps=sum(p.steps for p in config.resolved_phases()))
+    accelerator = Accelerator(mixed_precision=speed.mixed_precision, log_with=trackers or None,
                               project_dir=str(output_dir), step_scheduler_with_optimizer=False,
-                              cpu=launched_multi_cpu())
+                              cpu=multi_cpu)
     world = accelerator.num_processes
     if int(os.environ.get("WORLD_SIZE", "1")) != world:
         raise RuntimeError(f"launched as {os.environ['WORLD_SIZE']} processes but Accelerate runs {world}")
@@ -285,6 +293,7 @@ def train(config: PostTrainConfig) -> dict:
     micro, accumulation = config.batch_layout(world)
     phases = config.resolved_phases()
     log = accelerator.print
+    log(describe_speed(speed, accelerator.device.type))
     output_dir.mkdir(parents=True, exist_ok=True)
 
     previous = list_checkpoints(output_dir)
@@ -361,13 +370,16 @@ def train(config: PostTrainConfig) -> dict:
                     config.whole_word_masking)
     collate_kwargs = dict(masker=masker, pad_id=tokenizer.pad_token_id, position_offset=position_offset,
                           packing=config.packing)
+    row_length = min(config.max_seq_length, model.config.max_position_embeddings - position_offset)
     schedule = BatchSchedule(len(rows["train"]), config.global_batch_size, config.seed,
                              lengths=None if config.packing else [len(x) for x in rows["train"]["input_ids"]])
     micro_batches = TrainMicroBatches(rows["train"], schedule, rank=accelerator.process_index, world=world,
                                       micro=micro, accumulation=accumulation,
                                       collate_kwargs=dict(collate_kwargs, seed=config.seed,
                                                           wop_probability=config.wop_probability,
-                                                          wop_fraction=config.wop_fraction))
+                                                          wop_fraction=config.wop_fraction,
+                                                          pad_to=row_length if speed.compile else None))
+    capacity = dict(length=row_length, mlm_probability=config.mlm_probability) if speed.masked_capacity else None
     eval_kwargs = dict(collate_kwargs, seed=config.eval_seed)
 
     if trackers:
@@ -398,8 +410,12 @@ def train(config: PostTrainConfig) -> dict:
             log(f"{phase.name}: the source had no MLM head, so the fresh head transform trains too")
         model.set_trainable_groups(groups)  # (the WOP head, if any, always trains)
         train_module.train()
-        optimizer, scheduler = build_optimizer(train_module, phase, config)
+        optimizer, scheduler = build_optimizer(train_module, phase, config, fused=speed.fused_adamw)
         wrapped, optimizer, scheduler = accelerator.prepare(train_module, optimizer, scheduler)
+        # compiled view of the prepared module for the step only (shares its parameters; saving,
+        # loading and evaluation use the plain module)
+        step_module = compile_for_training(wrapped) if speed.compile else wrapped
+        trainable = [p for p in train_module.parameters() if p.requires_grad]
         if resuming:
             accelerator.load_state(str(resume_from))
             resuming = False
@@ -410,32 +426,12 @@ def train(config: PostTrainConfig) -> dict:
         while state["phase_step"] < phase.steps:
             step_started = time.time()
             batches = [next(loader) for _ in range(accumulation)]
-            counts = torch.tensor([sum(int(b["labels"].ne(-100).sum()) for b in batches),
-                                   sum(int(b["input_ids"].ne(tokenizer.pad_token_id).sum()) for b in batches),
-                                   sum(int(b["wop_labels"].ne(-100).sum()) for b in batches) if use_wop else 0],
-                                  device=accelerator.device, dtype=torch.float64)
-            global_masked, global_tokens, global_wop = accelerator.reduce(counts, reduction="sum").tolist()
-            loss_sum = torch.zeros((), device=accelerator.device, dtype=torch.float64)
-            wop_sum = torch.zeros((), device=accelerator.device, dtype=torch.float64)
-            for a, batch in enumerate(batches):
-                batch = {k: v.to(accelerator.device) for k, v in batch.items() if k != "step"}
-                n_local = int(batch["labels"].ne(-100).sum())
-                sync = a == accumulation - 1
-                with (accelerator.no_sync(wrapped) if not sync and world > 1 else contextlib.nullcontext()):
-                    out = wrapped(**batch)
-                    loss = out.loss * (n_local * world / max(1.0, global_masked))
-                    if use_wop:
-                        loss = loss + config.wop_weight * out.wop_loss_sum * (world / max(1.0, global_wop))
-                        wop_sum += out.wop_loss_sum.detach().double()
-                    accelerator.backward(loss)
-                loss_sum += out.loss.detach().double() * n_local
-            if config.max_grad_norm and config.max_grad_norm > 0:
-                accelerator.clip_grad_norm_([p for p in train_module.parameters() if p.requires_grad],
-                                            config.max_grad_norm)
-            optimizer.step()
-            lr = scheduler.get_last_lr()[0]
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
+            result = training_step(step_module, batches, optimizer, scheduler, accelerator, params=trainable,
+                                   pad_id=tokenizer.pad_token_id, max_grad_norm=config.max_grad_norm,
+                                   use_wop=use_wop, wop_weight=config.wop_weight, capacity=capacity)
+            global_masked, global_tokens, global_wop, lr = (result.global_masked, result.global_tokens,
+                                                            result.global_wop, result.lr)
+            loss_sum, wop_sum = result.loss_sum, result.wop_sum
             step_loss = accelerator.reduce(loss_sum, reduction="sum").item() / max(1.0, global_masked)
             record = {"step": state["step"] + 1, "phase": phase.name, "loss": step_loss}
             if use_wop:
@@ -500,7 +496,7 @@ def train(config: PostTrainConfig) -> dict:
         state["phase_step"] = 0
         train_module = accelerator.unwrap_model(wrapped)
         model = train_module.mlm if use_wop else train_module
-        del wrapped, optimizer, scheduler
+        del wrapped, step_module, optimizer, scheduler
         accelerator.free_memory()
     progress.close()
 
@@ -512,6 +508,8 @@ def train(config: PostTrainConfig) -> dict:
         model, rows["test"], accelerator=accelerator, batch_size=micro, collate_kwargs=eval_kwargs)
     state["wall_time_s"] += time.time() - started
     info = hardware(accelerator)
+    info["speed"] = {"compile": speed.compile, "fused_adamw": speed.fused_adamw,
+                     "static_masked_head": speed.masked_capacity}
     if world > 1:  # every rank must hold the same weights (the DDP phase-boundary trap would break this)
         checksum = torch.stack([p.detach().double().sum() for p in model.parameters()]).to(accelerator.device)
         gathered = accelerator.gather(checksum[None]).cpu()
@@ -565,6 +563,13 @@ def train(config: PostTrainConfig) -> dict:
     if trackers:
         accelerator.end_training()
     return summary
+
+
+def compile_for_training(module):
+    """torch.compile (inductor, static shapes) of a prepared training module."""
+    import torch
+
+    return torch.compile(module, backend="inductor", dynamic=False)
 
 
 def launched_multi_cpu() -> bool:

@@ -1,0 +1,176 @@
+"""One post-training optimiser step, and the speed settings it runs with.
+
+`training_step` is what `training/post_train.py` runs for every optimiser step and what
+`benchmarks/throughput.py` times: forward of each micro-batch, the loss scaled to the global
+token mean, backward, gradient clipping, optimiser and scheduler step, zero_grad. It returns the
+summed masked-token loss as a device tensor, so a caller that does not log pays no host sync.
+
+`resolve_speed(config, device)` turns the config's "auto" speed fields into concrete choices
+(mixed precision, torch.compile, fused AdamW, static masked-head capacity) per kind of device;
+`describe_speed` is the one log line that says what was chosen.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+
+# ----------------------------------------------------------------------------------------------
+# Speed settings
+# ----------------------------------------------------------------------------------------------
+
+
+def cpu_has_fast_bf16() -> bool:
+    """True on CPUs with native bf16 matmuls (AVX512-BF16 or AMX). Elsewhere (AVX2-only CPUs) oneDNN
+    emulates bf16 and a bf16 matmul is about 100x slower than fp32, so autocast must stay off."""
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    for name in checks:
+        probe = getattr(torch.cpu, name, None)
+        if probe is not None:
+            try:
+                if probe():
+                    return True
+            except Exception:  # noqa: BLE001 - an unknown build: treat as unsupported
+                pass
+    return False
+
+
+def auto_mixed_precision(device: str) -> str:
+    """bf16 where the hardware runs it natively (CUDA with bf16 support, CPUs with AVX512-BF16/AMX), else no."""
+    if device.startswith("cuda"):
+        return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
+    return "bf16" if cpu_has_fast_bf16() else "no"
+
+
+@dataclass
+class SpeedSettings:
+    mixed_precision: str  # no | fp16 | bf16
+    compile: bool  # torch.compile (inductor) of the training module's forward
+    fused_adamw: bool  # torch.optim.AdamW(fused=True)
+    masked_capacity: bool  # LM head on a static number of rows (no data-dependent shapes, no host sync)
+
+
+def _auto_bool(value, default: bool) -> bool:
+    if value in ("auto", None):
+        return default
+    if isinstance(value, str):
+        return value.lower() in ("true", "yes", "1", "on")
+    return bool(value)
+
+
+def resolve_speed(config, device: str, planned_steps: int | None = None) -> SpeedSettings:
+    """Concrete settings from the config's speed fields ("auto" or an explicit value).
+
+    Defaults, from the measurements in docs/BENCHMARKS.md:
+    - mixed precision: `auto_mixed_precision`.
+    - compile: on CUDA; on CPU only for runs of at least `COMPILE_MIN_CPU_STEPS` optimiser steps (on
+      2 cores the compile costs about a minute and gains little per step, so short runs lose).
+    - fused AdamW: on (CPU and CUDA both have the kernel).
+    - masked capacity: on whenever compiling (a static LM-head shape avoids recompiles); eager keeps
+      the exact-size selection, which costs nothing there.
+    """
+    mixed = config.mixed_precision
+    if mixed == "auto":
+        mixed = auto_mixed_precision(device)
+    cuda = device.startswith("cuda")
+    long_run = planned_steps is None or planned_steps >= COMPILE_MIN_CPU_STEPS
+    compile_on = _auto_bool(config.compile, cuda or long_run and COMPILE_ON_CPU)
+    fused = _auto_bool(config.fused_adamw, True)
+    capacity = _auto_bool(config.static_masked_head, compile_on)
+    return SpeedSettings(mixed, compile_on, fused, capacity)
+
+
+# CPU compile policy (measured on a 2-core AVX2 machine, docs/BENCHMARKS.md)
+COMPILE_ON_CPU = True
+COMPILE_MIN_CPU_STEPS = 2000
+
+
+def describe_speed(settings: SpeedSettings, device: str) -> str:
+    bf16_note = ""
+    if device == "cpu" and settings.mixed_precision == "no":
+        bf16_note = " (this CPU has no native bf16)" if not cpu_has_fast_bf16() else ""
+    return (f"speed settings on {device}: mixed_precision={settings.mixed_precision}{bf16_note} "
+            f"compile={'inductor' if settings.compile else 'off'} fused_adamw={settings.fused_adamw} "
+            f"static_masked_head={settings.masked_capacity} "
+            "(config fields mixed_precision, compile, fused_adamw, static_masked_head)")
+
+
+def masked_capacity_for(rows: int, length: int, masked: int, mlm_probability: float) -> int:
+    """Static number of LM-head rows for a micro-batch: the most masked tokens `rows` full rows of
+    `length` can hold at `mlm_probability`, rounded up to 8; doubled (rarely: whole-word masking)
+    until it holds the actual count, so compiled graphs see few distinct shapes."""
+    capacity = -(-max(1, rows * max(1, round(mlm_probability * length))) // 8) * 8
+    while capacity < masked:
+        capacity *= 2
+    return capacity
+
+
+# ----------------------------------------------------------------------------------------------
+# The step
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StepResult:
+    loss_sum: torch.Tensor  # summed masked-token cross-entropy over this process's micro-batches (float64, device)
+    wop_sum: torch.Tensor | None  # summed word-order-prediction loss, when that objective is on
+    global_masked: float  # masked tokens in the global batch (all processes)
+    global_tokens: float  # non-padding tokens in the global batch
+    global_wop: float
+    lr: float  # learning rate used by this step
+
+
+def batch_counts(batches: list[dict], pad_id: int, use_wop: bool) -> list[int]:
+    """[masked tokens, real tokens, WOP targets] of host batches (no device work)."""
+    return [sum(int(b["labels"].ne(-100).sum()) for b in batches),
+            sum(int(b["input_ids"].ne(pad_id).sum()) for b in batches),
+            sum(int(b["wop_labels"].ne(-100).sum()) for b in batches) if use_wop else 0]
+
+
+def training_step(model, batches: list[dict], optimizer, scheduler, accelerator, *, params, pad_id: int,
+                  max_grad_norm: float | None, use_wop: bool = False, wop_weight: float = 0.0,
+                  capacity: dict | None = None) -> StepResult:
+    """One optimiser step over `batches` (this process's micro-batches of one global batch, on the host).
+
+    Each micro-batch loss is its masked-token loss sum divided by the masked tokens of the whole
+    global batch, times the world size (DDP averages gradients), so the update is the exact global
+    token-mean gradient for any number of processes and accumulation steps. `capacity`:
+    {"length": T, "mlm_probability": p} runs the LM head on a static number of rows
+    (`masked_capacity_for`) instead of the exact masked count; the loss is the same.
+    """
+    world = accelerator.num_processes
+    accumulation = len(batches)
+    counts = batch_counts(batches, pad_id, use_wop)
+    if world > 1:
+        total = accelerator.reduce(torch.tensor(counts, device=accelerator.device, dtype=torch.float64),
+                                   reduction="sum").tolist()
+    else:
+        total = [float(c) for c in counts]
+    global_masked, global_tokens, global_wop = total
+    loss_sum = torch.zeros((), device=accelerator.device, dtype=torch.float64)
+    wop_sum = torch.zeros((), device=accelerator.device, dtype=torch.float64) if use_wop else None
+    non_blocking = accelerator.device.type == "cuda"
+    for a, host in enumerate(batches):
+        n_local = int(host["labels"].ne(-100).sum())  # host tensor: no device sync
+        batch = {k: v.to(accelerator.device, non_blocking=non_blocking) for k, v in host.items() if k != "step"}
+        if capacity:
+            batch["masked_capacity"] = masked_capacity_for(host["labels"].shape[0], capacity["length"], n_local,
+                                                           capacity["mlm_probability"])
+        sync = a == accumulation - 1
+        with (accelerator.no_sync(model) if not sync and world > 1 else contextlib.nullcontext()):
+            out = model(**batch)
+            loss = out.loss * (n_local * world / max(1.0, global_masked))
+            if use_wop:
+                loss = loss + wop_weight * out.wop_loss_sum * (world / max(1.0, global_wop))
+                wop_sum += out.wop_loss_sum.detach().double()
+            accelerator.backward(loss)
+        loss_sum += out.loss.detach().double() * n_local
+    if max_grad_norm and max_grad_norm > 0:
+        accelerator.clip_grad_norm_(params, max_grad_norm)
+    optimizer.step()
+    lr = scheduler.get_last_lr()[0]
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return StepResult(loss_sum, wop_sum, global_masked, global_tokens, global_wop, lr)
