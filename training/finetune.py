@@ -46,8 +46,6 @@ import time  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
 from training import metrics_downstream  # noqa: E402
@@ -157,6 +155,7 @@ def load_model(model: str, spec: TaskSpec, config, labels: list[str] | None):
 def apply_lora(model, spec: TaskSpec, rank: int, alpha: int, dropout: float):
     """LoRA on the attention query/value projections; the task head is trained in full (modules_to_save)."""
     from peft import LoraConfig, TaskType, get_peft_model
+    from torch import nn
 
     prefix = model.base_model_prefix
     heads = [name for name, module in model.named_children()
@@ -260,6 +259,8 @@ def build_features(spec: TaskSpec, splits, tokenizer, max_length: int, doc_strid
 
 def collate(features, pad_token_id: int, task_type: str) -> dict[str, torch.Tensor]:
     """Right-pad to the longest sequence of the batch; token labels pad with -100."""
+    import torch
+
     length = max(len(f["input_ids"]) for f in features)
     batch = {}
     for key, pad in (("input_ids", pad_token_id), ("attention_mask", 0), ("token_type_ids", 0)):
@@ -278,15 +279,17 @@ def collate(features, pad_token_id: int, task_type: str) -> dict[str, torch.Tens
 
 
 # --- evaluation ----------------------------------------------------------------------------------------------
-@torch.no_grad()
 def predict(model, features, batch_size: int, pad_token_id: int, task_type: str, device, accepted: set[str]):
+    import torch
+
     model.eval()
     outputs = []
     for start in range(0, len(features), batch_size):
         chunk = features[start:start + batch_size]
         batch = collate(chunk, pad_token_id, task_type)
         inputs = {k: v.to(device) for k, v in batch.items() if k in accepted}
-        result = model(**inputs)
+        with torch.no_grad():
+            result = model(**inputs)
         if task_type == "qa":
             for i in range(len(chunk)):
                 outputs.append((result.start_logits[i].float().cpu().numpy(), result.end_logits[i].float().cpu().numpy()))
@@ -358,8 +361,9 @@ def accepted_inputs(model) -> set[str]:
 
 
 def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, seed: int, device,
-                   progress: bool = True) -> tuple[dict[str, Any], nn.Module]:
+                   progress: bool = True) -> tuple[dict[str, Any], Any]:
     """Train from `args.model` with `seed`; keep the best-dev epoch's weights; return (run record, model)."""
+    import torch
     from transformers import get_linear_schedule_with_warmup
 
     set_seed(seed)
@@ -449,6 +453,7 @@ def summarize(spec: TaskSpec, runs: list[dict[str, Any]], args, post_training, s
     for name in [spec.metric] + spec.extra_metrics:
         values = [run[f"{split}_metrics"][name] for run in runs]
         extra[name] = {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0}
+    import torch
     import transformers
 
     return {
@@ -493,45 +498,63 @@ def parse_seeds(text: str) -> list[int]:
     return list(range(count))
 
 
+class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows "(default: X)" only where there is a default worth showing (not None or False)."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False) or "%(default)" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=_DefaultsFormatter)
     p.add_argument("--model", required=True, help="model folder or Hub id (XPT folders load with trust_remote_code)")
     p.add_argument("--task", required=True, help="registered task (python training/tasks.py lists them) or a new name")
     p.add_argument("--data-dir", help="folder with train/dev[/test].{tsv,csv,json,jsonl}; omit to use the task's Hub dataset")
-    p.add_argument("--output-dir", required=True)
+    p.add_argument("--output-dir", required=True, help="where results.json and runs/seed_<s>.json are written")
     p.add_argument("--seeds", default="3", help="number of seeds (0..N-1) or a comma-separated list")
     p.add_argument("--task-spec", help="JSON object (or file) defining/overriding the task, see training/tasks.py")
-    p.add_argument("--task-type", choices=["single", "pair", "regression", "token", "qa"])
+    p.add_argument("--task-type", choices=["single", "pair", "regression", "token", "qa"],
+                   help="task type of a new task (with --text-columns and --label-column)")
     p.add_argument("--text-columns", help="comma-separated input columns (1 or 2)")
-    p.add_argument("--label-column")
-    p.add_argument("--labels", help="comma-separated label set (default: labels seen in train)")
-    p.add_argument("--metric", choices=sorted(metrics_downstream.METRICS))
-    p.add_argument("--max-train-samples", type=int)
+    p.add_argument("--label-column", help="column holding the label (or score, tags, answers)")
+    p.add_argument("--labels", help="comma-separated label set; labels seen in train when omitted")
+    p.add_argument("--metric", choices=sorted(metrics_downstream.METRICS),
+                   help="metric that selects the best epoch and is reported (the task's own by default)")
+    p.add_argument("--max-train-samples", type=int, help="fine-tune on this many train examples (subsampled with --data-seed)")
     p.add_argument("--max-eval-samples", type=int, help="cap dev and test (for quick runs)")
     p.add_argument("--data-seed", type=int, default=0, help="seed of the subsampling (shared by all runs)")
-    p.add_argument("--epochs", type=int, default=PAPER_DEFAULTS["epochs"])
-    p.add_argument("--batch-size", type=int, default=PAPER_DEFAULTS["batch_size"])
-    p.add_argument("--eval-batch-size", type=int)
-    p.add_argument("--learning-rate", type=float, default=PAPER_DEFAULTS["learning_rate"])
-    p.add_argument("--warmup-ratio", type=float, default=PAPER_DEFAULTS["warmup_ratio"])
-    p.add_argument("--weight-decay", type=float, default=PAPER_DEFAULTS["weight_decay"])
-    p.add_argument("--max-grad-norm", type=float, default=1.0)
-    p.add_argument("--max-length", type=int, default=PAPER_DEFAULTS["max_length"])
+    p.add_argument("--epochs", type=int, default=PAPER_DEFAULTS["epochs"], help="training epochs (the paper: 10 or 15)")
+    p.add_argument("--batch-size", type=int, default=PAPER_DEFAULTS["batch_size"], help="training batch size")
+    p.add_argument("--eval-batch-size", type=int, help="batch size of dev/test scoring (2 x --batch-size when omitted)")
+    p.add_argument("--learning-rate", type=float, default=PAPER_DEFAULTS["learning_rate"],
+                   help="peak AdamW learning rate (the paper: 5e-5 or 1e-5)")
+    p.add_argument("--warmup-ratio", type=float, default=PAPER_DEFAULTS["warmup_ratio"],
+                   help="share of the steps with linear warmup; linear decay to 0 after")
+    p.add_argument("--weight-decay", type=float, default=PAPER_DEFAULTS["weight_decay"],
+                   help="AdamW weight decay (not on biases and LayerNorm weights)")
+    p.add_argument("--max-grad-norm", type=float, default=1.0, help="gradient clipping norm")
+    p.add_argument("--max-length", type=int, default=PAPER_DEFAULTS["max_length"],
+                   help="tokens per example after truncation (pairs: both sentences together)")
     p.add_argument("--doc-stride", type=int, default=128, help="QA window overlap (capped at max_length/4)")
     p.add_argument("--patience", type=int, default=0, help="stop after this many epochs without dev improvement (0: off)")
     p.add_argument("--peft", choices=["lora"], help="parameter-efficient fine-tuning instead of full fine-tuning")
-    p.add_argument("--lora-r", type=int, default=8)
-    p.add_argument("--lora-alpha", type=int, default=16)
-    p.add_argument("--lora-dropout", type=float, default=0.1)
+    p.add_argument("--lora-r", type=int, default=8, help="LoRA rank (with --peft lora)")
+    p.add_argument("--lora-alpha", type=int, default=16, help="LoRA scaling alpha (with --peft lora)")
+    p.add_argument("--lora-dropout", type=float, default=0.1, help="dropout on the LoRA path (with --peft lora)")
     p.add_argument("--post-training-method", help="label for results.json post_training.method (default: from training_summary.json)")
     p.add_argument("--post-training-sentences", type=int, help="post-training data size, if not in training_summary.json")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ...; auto: cuda when available")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p
 
 
 def run(args) -> dict[str, Any]:
+    import torch
+
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.max_length < 8:
         raise TaskDataError("--max-length must be at least 8")
     spec = spec_from_cli(args.task, args.task_spec, args.task_type, args.text_columns, args.label_column,

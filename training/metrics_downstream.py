@@ -18,19 +18,25 @@ from collections import Counter
 from typing import Sequence
 
 import numpy as np
-from scipy import stats
-from sklearn.metrics import accuracy_score, f1_score
 
 
+# scipy and sklearn are imported where used: they take seconds to import, and `--help` of the
+# command-line tools that list these metrics should not wait for them.
 def accuracy(predictions: Sequence, references: Sequence) -> float:
+    from sklearn.metrics import accuracy_score
+
     return 100.0 * float(accuracy_score(references, predictions))
 
 
 def f1_macro(predictions: Sequence, references: Sequence) -> float:
+    from sklearn.metrics import f1_score
+
     return 100.0 * float(f1_score(references, predictions, average="macro", zero_division=0))
 
 
 def f1_micro_excluding(predictions: Sequence, references: Sequence, exclude: str = "no_relation") -> float:
+    from sklearn.metrics import f1_score
+
     """Micro F1 over all labels except `exclude` (KLUE-RE's main metric)."""
     labels = sorted({str(x) for x in list(references) + list(predictions)} - {exclude})
     if not labels:
@@ -47,10 +53,14 @@ def _correlation(kind, predictions, references) -> float:
 
 
 def pearson(predictions, references) -> float:
+    from scipy import stats
+
     return _correlation(stats.pearsonr, predictions, references)
 
 
 def spearman(predictions, references) -> float:
+    from scipy import stats
+
     return _correlation(stats.spearmanr, predictions, references)
 
 
