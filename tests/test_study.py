@@ -1,0 +1,175 @@
+"""The data-efficiency study (training/study.py): the `tiny` preset end to end, resume after kill -9,
+the report's numbers traced back to the runs, the data-efficiency factor, and bad specs.
+
+The end-to-end test runs the real pipeline (prepare_corpus, tokenizer training, post-training of
+four methods at three sizes from the offline MiniLM, fine-tuning on KorSTS and NSMC) on the
+`tiny` preset; it needs ../shared/data and skips without it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO_ROOT
+from training import study
+
+PYTHON = sys.executable
+
+
+# --- the data-efficiency factor and the separation verdict (pure functions) -------------------------
+def _runs(table: dict[str, dict[int, float]], spread: float = 0.5) -> list[dict]:
+    return [{"method": method, "sentences": size, "mlm_test": {"perplexity": 100.0 - value},
+             "tasks": {"t": {"mean": value, "min": value - spread, "max": value + spread}}}
+            for method, row in table.items() for size, value in row.items()]
+
+
+@pytest.mark.parametrize("xpt, scratch, factor, pair, bounded", [
+    # XPT at 1K beats Scratch at 16K, the largest size: k = 16, a lower bound
+    ({1000: 60, 4000: 62, 16000: 63}, {1000: 20, 4000: 30, 16000: 40}, 16, (1000, 16000), True),
+    # XPT at 1K only beats Scratch at 4K; XPT at 4K beats Scratch at 16K: k = 4 from either pair
+    ({1000: 35, 4000: 45, 16000: 50}, {1000: 20, 4000: 30, 16000: 40}, 4, (1000, 4000), False),
+    # XPT only matches Scratch at the same size: k = 1
+    ({1000: 20, 4000: 30, 16000: 40}, {1000: 20, 4000: 30, 16000: 40}, 1, (1000, 1000), False),
+])
+def test_efficiency_factor(xpt, scratch, factor, pair, bounded):
+    result = study.efficiency_factor(_runs({"xpt": xpt, "scratch": scratch}), "t")
+    assert result["factor"] == factor
+    assert (result["xpt_sentences"], result["scratch_sentences"]) == pair
+    assert result["lower_bound"] is bounded
+    assert f"{factor:g}x" in result["text"]
+    assert result["seed_ranges_disjoint"] is (result["xpt_score"] - 0.5 > result["scratch_score"] + 0.5)
+    assert ("(seed ranges disjoint)" if result["seed_ranges_disjoint"] else "(seed ranges overlap)") in result["text"]
+
+
+def test_efficiency_factor_not_reached_and_on_perplexity():
+    runs = _runs({"xpt": {1000: 10, 4000: 11}, "scratch": {1000: 20, 4000: 30}})
+    assert study.efficiency_factor(runs, "t") == {"factor": None, "text": "not reached within the sizes run"}
+    # on MLM perplexity lower is better: the same numbers give XPT the higher perplexity
+    assert study.efficiency_factor(runs, None)["factor"] is None
+    on_perplexity = study.efficiency_factor(_runs({"xpt": {1000: 30}, "scratch": {1000: 20}}), None)
+    assert on_perplexity["factor"] == 1 and "seed ranges" not in on_perplexity["text"]
+
+
+def test_separation_needs_disjoint_seed_ranges():
+    runs = _runs({"xpt": {1000: 21, 4000: 40}, "scratch": {1000: 20, 4000: 30}}, spread=1.0)
+    verdict = study.separation(runs, "t")
+    assert verdict["1000"] == {"xpt_above": True, "ranges_disjoint": False}  # [20, 22] vs [19, 21]
+    assert verdict["4000"] == {"xpt_above": True, "ranges_disjoint": True}
+
+
+# --- specs -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("preset", study.PRESETS)
+def test_presets_load_and_plan(preset):
+    spec = study.load_spec(preset, None, [])
+    assert len(spec.sizes) >= 3 and spec.sizes[-1] >= 8 * spec.sizes[0]
+    assert {"xpt", "xpt-sp", "scratch", "adapters"} <= set(spec.methods)
+    assert {"korsts", "nsmc"} <= set(spec.tasks)
+    assert len(spec.seeds()) >= (2 if preset == "tiny" else 3)
+    from training.config import config_from_dict, validate_config
+
+    for method in spec.methods:  # every run's post-training config is valid
+        raw = {**spec.post_training, "method": method, "source": spec.source, "data": "x", "tokenizer": "x",
+               "max_train_sentences": spec.sizes[0]}
+        validate_config(config_from_dict(raw), world_size=1, check_data=False)
+    assert "post-training runs" in study.plan(spec)
+
+
+@pytest.mark.parametrize("content, message", [
+    ({"sizes": [0, 10]}, "sizes must be positive"),
+    ({"methods": ["xpt", "magic"]}, "unknown method(s) ['magic']"),
+    ({"tasks": {}}, "no tasks"),
+    ({"post_training": {"method": "xpt"}}, "post_training.method is set by the study"),
+    ({"colour": "blue"}, "unknown study spec field(s) ['colour']"),
+])
+def test_bad_specs_are_one_clear_line(tmp_path, content, message):
+    raw = {"tasks": {"korsts": "somewhere"}, **content}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    result = subprocess.run([PYTHON, str(REPO_ROOT / "training" / "study.py"), "--spec", str(path),
+                             "--out", str(tmp_path / "out"), "--dry-run"], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ") and message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_extra_task_must_be_name_equals_dir():
+    with pytest.raises(study.StudyError, match="NAME=DIR"):
+        study.load_spec("tiny", None, ["paws-x"])
+    spec = study.load_spec("tiny", None, ["paws-x=data/paws"])
+    assert spec.tasks["paws-x"].data_dir == "data/paws"
+
+
+# --- the tiny preset end to end, interrupted and resumed -----------------------------------------------
+def _start(out: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([PYTHON, str(REPO_ROOT / "training" / "study.py"), "--preset", "tiny", "--out", str(out),
+                             *extra], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
+
+
+@pytest.mark.slow
+def test_tiny_study_survives_kill_and_resumes(shared_data, tmp_path):
+    out = tmp_path / "study"
+    process = _start(out)
+    first = out / "models" / "xpt-100"
+    deadline = time.time() + 600
+    while not (first / "_DONE").is_file() and time.time() < deadline and process.poll() is None:
+        time.sleep(0.2)
+    assert (first / "_DONE").is_file(), process.communicate()[0][-3000:]
+    time.sleep(1.0)  # into the next run: fine-tuning or the second post-training
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    finished_before = {p.name: p.stat().st_mtime_ns for p in (out / "models").iterdir() if (p / "_DONE").is_file()}
+    assert "xpt-100" in finished_before
+    # no half-written folder under a final name
+    for folder in [*(out / "models").iterdir(), *(out / "finetune").glob("*/*")]:
+        assert folder.name.startswith(".tmp-") or (folder / "_DONE").is_file(), folder
+
+    refused = _start(out)
+    assert refused.wait() == 2 and "--resume" in refused.communicate()[0]
+
+    resumed = _start(out, "--resume")
+    log = resumed.communicate(timeout=900)[0]
+    assert resumed.returncode == 0, log[-3000:]
+    assert "post-training xpt-100" not in log  # finished runs are not redone
+    for name, mtime in finished_before.items():
+        assert (out / "models" / name).stat().st_mtime_ns == mtime
+
+    spec = study.load_spec("tiny", None, [])
+    report = json.loads((out / "report" / "results.json").read_text())
+    assert len(report["runs"]) == len(spec.sizes) * len(spec.methods)
+    for run in report["runs"]:  # every number traces back to a run folder's own files
+        summary = json.loads((out / run["model"] / "training_summary.json").read_text())
+        assert run["mlm_test"] == summary["final_metrics"] and run["tokens_seen"] == summary["tokens_seen"] > 0
+        assert summary["data"]["train_sentences"] >= run["sentences"]
+        for task in spec.tasks:
+            results = json.loads((out / "finetune" / Path(run["model"]).name / task / "results.json").read_text())
+            entry = run["tasks"][task]
+            assert entry["scores"] == results["scores"] and len(entry["scores"]) == len(spec.seeds())
+            assert entry["min"] <= entry["mean"] <= entry["max"]
+            assert entry["split"] == "test"
+    # the same token budget for every method at a size (same seed, steps and batches)
+    for size in spec.sizes:
+        seen = {r["tokens_seen"] for r in report["runs"] if r["sentences"] == size}
+        assert len(seen) == 1
+    # NSMC's test split was held out of its train split, disjoint from what fine-tuning trained on
+    held = out / "tasks" / "nsmc"
+    test_ids = {json.loads(line)["id"] for line in (held / "test.jsonl").read_text().splitlines()}
+    train_ids = {json.loads(line)["id"] for line in (held / "train.jsonl").read_text().splitlines()}
+    assert len(test_ids) == 200 and not test_ids & train_ids
+    markdown = (out / "report" / "results.md").read_text()
+    for task in spec.tasks:
+        assert (out / "report" / f"{task}.png").stat().st_size > 1000
+        assert report["data_efficiency"][task]["text"] in markdown
+    # every model folder is a normal output folder: the Auto classes load it
+    from transformers import AutoModelForMaskedLM
+
+    model = AutoModelForMaskedLM.from_pretrained(out / "models" / "scratch-800", trust_remote_code=True)
+    assert model.config.model_type == "xpt"
