@@ -179,6 +179,67 @@ def test_tiny_data_vocab_and_errors(korean_sentences, caplog, tmp_path, capsys):
     assert not (tmp_path / "o" / "tokenizer.json").exists()
 
 
+def _train_in_fresh_process(corpus: Path, out: Path, vocab_size: int) -> bytes:
+    r = subprocess.run([sys.executable, "-m", "tokenization.train_tokenizer", "--corpus", str(corpus), "--vocab-size",
+                        str(vocab_size), "--family", "roberta", "--out", str(out), "--no-progress"],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return (out / "tokenizer.json").read_bytes()
+
+
+def test_same_text_same_tokenizer_json_in_two_processes(tmp_path, korean_sentences):
+    """The Unigram trainer visits words in a hash order seeded per process; the saved file must not show it."""
+    import random
+
+    rng = random.Random(0)
+    words = [w for s in korean_sentences for w in s.split()]
+    corpus = tmp_path / "ko.txt"
+    corpus.write_text("\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(3, 12)))
+                                for _ in range(2000)) + "\n", encoding="utf-8")
+    first = _train_in_fresh_process(corpus, tmp_path / "a", 130)
+    assert first == _train_in_fresh_process(corpus, tmp_path / "b", 130)
+
+
+def test_same_real_text_same_tokenizer_json_in_two_processes(tmp_path, shared_data):
+    """Real text also has characters that EM drops and the trainer puts back in a random order."""
+    with gzip.open(shared_data / "corpus" / "ko_formal.txt.gz", "rt", encoding="utf-8") as f:
+        lines = [line for _, line in zip(range(1000), f)]
+    corpus = tmp_path / "ko.txt"
+    corpus.write_text("".join(lines), encoding="utf-8")
+    first = _train_in_fresh_process(corpus, tmp_path / "a", 1300)
+    assert first == _train_in_fresh_process(corpus, tmp_path / "b", 1300)
+
+
+def test_dropped_characters_get_scores_by_code_point_not_hash_order():
+    """The trainer's fallback (min_score, +1e-4, +2e-4, ... in hash-set order), simulated in two orders."""
+    import random
+
+    from tokenizers import Tokenizer, models
+
+    from tokenization.train_tokenizer import _canonical_unigram
+
+    specials = [["<s>", 0.0], ["<pad>", 0.0], ["</s>", 0.0], ["<unk>", 0.0], ["<mask>", 0.0]]
+    kept = [["▁서울", -3.25], ["서", -4.5], ["울", -4.75], ["▁", -2.0], ["가", -9.0000000000001], ["나", -9.0]]
+    dropped = ["다", "라", "마", "바", "사", "아"]
+
+    def trained(order_seed: int) -> str:
+        order = list(dropped)
+        random.Random(order_seed).shuffle(order)
+        fallback, penalty = [], 0.0
+        for c in order:
+            fallback.append([c, -9.0000000000001 + penalty])
+            penalty += 0.0001
+        tok = Tokenizer(models.Unigram([tuple(p) for p in specials + kept + fallback], unk_id=3))
+        return _canonical_unigram(tok, len(specials)).to_str()
+
+    a, b = trained(1), trained(2)
+    assert a == b
+    vocab = json.loads(a)["model"]["vocab"]
+    assert [p for p, _ in vocab[:5]] == [p for p, _ in specials]
+    assert [p for p, _ in vocab[5:9]] == ["▁", "▁서울", "서", "울"]
+    assert [s for _, s in vocab] == sorted((s for _, s in vocab), reverse=True)
+
+
 # ------------------------------------------------------------------------ corpus preparation
 
 def _read_split(out: Path, split: str) -> list[str]:

@@ -28,6 +28,13 @@ Design
   label is left alone (the tests check the loaded class and the token counts).
 * Training streams the texts through ``train_from_iterator``; only the trainer's word counts
   are held in memory, never the corpus.
+* Same text, same ``tokenizer.json``: the ``tokenizers`` Unigram trainer visits words in a hash
+  order seeded afresh in every process, which changes its scores in the last digits and the
+  order (ids) of pieces with near-equal scores, and it hands the fallback scores of characters
+  that EM dropped out in that order too. The trained Unigram model is therefore rewritten in a
+  canonical form: fallback scores given to those characters in code-point order, scores rounded
+  to ``SCORE_DECIMALS`` places, pieces ordered by (score, piece). A score within about 1e-11 of
+  a rounding boundary could still come out differently; BPE training is deterministic as is.
 
 Tiny data: when ``vocab_size`` is more than the text supports, the ``tokenizers`` trainers stop
 early, so :func:`train_tokenizer` returns a tokenizer with a *smaller* vocabulary (logged as a
@@ -108,6 +115,65 @@ def _empty_tokenizer(model: str, normalizer: str, unk: str) -> Tokenizer:
     return tok
 
 
+# Decimal places kept of each Unigram log-probability (see _canonical_unigram).
+SCORE_DECIMALS = 6
+
+
+def _canonical_unigram(tok: Tokenizer, n_special: int) -> Tokenizer:
+    """The trained Unigram model with scores rounded to ``SCORE_DECIMALS`` places and the pieces
+    after the special tokens ordered by (score descending, piece), so that ids do not depend on
+    the order in which the trainer happened to visit the words.
+
+    The ``tokenizers`` Unigram trainer keeps its word counts in a hash map whose seed is drawn at
+    random in every process and runs EM over the words in that map's order; floating-point sums
+    in another order differ in the last bits (about 1e-11 here), and pieces whose scores nearly
+    tie swap places when the trainer sorts them, so the same text gave different ids in two runs.
+    Rounding removes that noise (a score differing by 1e-11 changes its rounded value only when
+    it lies within 1e-11 of a rounding boundary), and the secondary key orders equal scores.
+    """
+    state = json.loads(tok.to_str())
+    pieces = state["model"]["vocab"]
+    head = pieces[:n_special]
+    rest = [[p, round(float(score), SCORE_DECIMALS)] for p, score in _unseen_chars_in_order(pieces[n_special:])]
+    rest.sort(key=lambda ps: (-ps[1], ps[0]))
+    state["model"]["vocab"] = head + rest
+    return Tokenizer.from_str(json.dumps(state, ensure_ascii=False))
+
+
+def _unseen_chars_in_order(pieces: list) -> list:
+    """``pieces`` with the trainer's fallback scores for dropped characters handed out in code-point order.
+
+    Every character of the text must stay in a Unigram vocabulary. Characters that EM dropped are
+    put back by the trainer with the scores ``min_score``, ``min_score + 1e-4``, ``+ 2e-4``, ... in
+    the order of a randomly seeded hash set, so the same character got a different score (and id)
+    in every run. Those pieces are the single characters whose scores continue that sequence above
+    the lowest score, plus one of the characters tied at the lowest score (which one cannot be
+    told apart). This gives that whole group the same scores as before, to its characters sorted
+    by code point, so each gets the same score in every run.
+    """
+    if not pieces:
+        return pieces
+    lowest = min(score for _, score in pieces)
+    singles: dict[float, list[int]] = {}
+    for i, (piece, score) in enumerate(pieces):
+        if len(piece) == 1:
+            singles.setdefault(score, []).append(i)
+    raised, penalty = [], 0.0
+    while True:  # the trainer's own arithmetic: min_score + 0.0001 added up k times
+        penalty += 0.0001
+        if lowest + penalty not in singles:
+            break
+        raised += singles[lowest + penalty]
+    if not raised:
+        return pieces
+    # Ties at the lowest score (EM's summation noise is far below 1e-8), the first fallback among them.
+    group = raised + [i for i, (piece, score) in enumerate(pieces) if len(piece) == 1 and score - lowest <= 1e-8]
+    chars = sorted(pieces[i][0] for i in group)
+    scores = sorted((pieces[i][1] for i in group), reverse=True)
+    members = set(group)
+    return [pc for i, pc in enumerate(pieces) if i not in members] + [[c, sc] for c, sc in zip(chars, scores)]
+
+
 def _non_empty(texts: Iterable[str], seen: list[int]) -> Iterator[str]:
     for t in texts:
         if t and not t.isspace():
@@ -162,6 +228,8 @@ def _train(texts, vocab_size, family, out_dir, model, normalizer, model_max_leng
         raise
     if seen[0] == 0:
         raise InputError("no text to train on: the corpus is empty (check the input or the split)")
+    if model == "unigram":
+        tok = _canonical_unigram(tok, len(order))
     vocab = tok.get_vocab()
     for i, t in enumerate(order):  # the trainers put special tokens first, in order
         if vocab.get(t) != i:
