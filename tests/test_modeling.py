@@ -167,6 +167,29 @@ def test_sparse_mlm_loss_equals_dense(source, tok):
     torch.testing.assert_close(sparse.logits, dense[labels != -100], atol=1e-5, rtol=0)
 
 
+def test_static_capacity_head_equals_exact_head(source, tok):
+    """`masked_capacity` (static LM-head shape for compiled training): same loss and gradients; the
+    first rows of `logits` are the exact head's, the filler rows are ignored by the loss."""
+    model = XPTForMaskedLM.from_source(source, tok).train()  # the tiny sources have no dropout
+    assert model.config.hidden_dropout_prob == model.config.attention_probs_dropout_prob == 0.0
+    ids, mask, labels = random_batch(model.config)
+    n = int(labels.ne(-100).sum())
+    exact = model(ids, attention_mask=mask, labels=labels)
+    exact.loss.backward()
+    grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    for capacity in (n, n + 5, 10 ** 6):
+        out = model(ids, attention_mask=mask, labels=labels, masked_capacity=capacity)
+        assert out.logits.shape[0] == min(capacity, ids.numel())
+        torch.testing.assert_close(out.loss, exact.loss, atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(out.logits[:n], exact.logits, atol=1e-5, rtol=0)
+        out.loss.backward()
+        for k, p in model.named_parameters():
+            if k in grads:
+                torch.testing.assert_close(p.grad, grads[k], atol=1e-6, rtol=1e-5)
+        model.zero_grad()
+
+
 def test_sdpa_equals_eager_and_attentions_are_returned(source, tok):
     sdpa = XPTForMaskedLM.from_source(source, tok, attn_implementation="sdpa").eval()
     eager = XPTForMaskedLM(XPTConfig.from_dict({**sdpa.config.to_dict(), "attn_implementation": "eager"})).eval()

@@ -581,3 +581,68 @@ def test_push_to_hub_from_the_config_uploads_the_saved_folder(tiny, tmp_path, mo
 def test_push_to_hub_needs_org_and_name(tiny, tmp_path, capsys):
     assert post_train.main(run_args(tiny, tmp_path / "x", push_to_hub="no-org")) == 2
     assert "push_to_hub" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the training step and its speed settings
+
+
+def test_speed_settings_auto_and_explicit(monkeypatch):
+    from training import step
+    from training.config import PostTrainConfig
+
+    monkeypatch.setattr(step, "cpu_has_fast_bf16", lambda: False)
+    short = step.resolve_speed(PostTrainConfig(), "cpu", planned_steps=100)
+    assert (short.mixed_precision, short.compile, short.fused_adamw, short.masked_capacity) == ("no", False, True, False)
+    long = step.resolve_speed(PostTrainConfig(), "cpu", planned_steps=10 ** 6)
+    assert long.compile and long.masked_capacity and long.mixed_precision == "no"
+    monkeypatch.setattr(step, "cpu_has_fast_bf16", lambda: True)
+    assert step.resolve_speed(PostTrainConfig(), "cpu", planned_steps=100).mixed_precision == "bf16"
+    off = step.resolve_speed(PostTrainConfig(mixed_precision="no", compile=False, fused_adamw=False,
+                                             static_masked_head=False), "cuda")
+    assert (off.mixed_precision, off.compile, off.fused_adamw, off.masked_capacity) == ("no", False, False, False)
+    assert "compile=off" in step.describe_speed(off, "cuda")
+    with pytest.raises(ConfigError, match="`compile`"):
+        validate_config(config_from_dict({"source": "x", "data": "y", "compile": "sometimes"}), check_data=False)
+
+
+def test_masked_capacity_holds_every_count():
+    from training.step import masked_capacity_for
+
+    assert masked_capacity_for(16, 128, 200, 0.15) == 304  # 16 rows x round(0.15 x 128), a multiple of 8
+    assert masked_capacity_for(3, 10, 0, 0.15) == 8  # 3 x 2 = 6, rounded up to 8
+    assert masked_capacity_for(16, 128, 1000, 0.15) >= 1000  # whole-word masking can exceed the estimate
+    assert masked_capacity_for(2, 8, 0, 0.15) == 8
+
+
+@pytest.mark.parametrize("settings", [dict(fused=True, capacity=None),
+                                      dict(fused=False, capacity={"length": 32, "mlm_probability": 0.15})])
+def test_training_step_settings_give_the_same_update(tiny, settings):
+    """Fused AdamW and the static-capacity head change speed, not the update: one step from the same
+    weights on the same batch gives the same weights as the default step."""
+    from accelerate import Accelerator
+    from transformers import AutoTokenizer
+
+    from training.config import PhaseConfig, PostTrainConfig
+    from training.step import training_step
+
+    source, tok_dir = tiny["bert"]
+    tok = AutoTokenizer.from_pretrained(str(tok_dir))
+    config = PostTrainConfig(method="xpt")
+    rows = [{"input_ids": [tok.cls_token_id] + [tok.convert_tokens_to_ids(w) for w in s.split()] + [tok.sep_token_id],
+             "word_start": [1] * (len(s.split()) + 2), "seg_lengths": [len(s.split()) + 2]} for s in KOREAN_SENTENCES[:4]]
+    batch = collate(rows, list(range(4)), masker=Masker(tok), seed=0, epoch=0, pad_id=tok.pad_token_id,
+                    position_offset=0, packing=True, pad_to=32)
+    accelerator = Accelerator(cpu=True)
+    results = []
+    for fused, capacity in ((False, None), (settings["fused"], settings["capacity"])):
+        torch.manual_seed(0)
+        model = post_train.build_model(config, str(source), tok).eval()  # no dropout: a deterministic step
+        optimizer, scheduler = post_train.build_optimizer(model, PhaseConfig("p", "all", 10, 1e-3, 0, "constant"),
+                                                          config, fused=fused)
+        result = training_step(model, [dict(batch)], optimizer, scheduler, accelerator,
+                                params=list(model.parameters()), pad_id=tok.pad_token_id, max_grad_norm=1.0,
+                                capacity=capacity)
+        results.append((result.loss_sum.item(), {k: v.detach().clone() for k, v in model.state_dict().items()}))
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-6)
+    for name, value in results[0][1].items():
+        torch.testing.assert_close(results[1][1][name], value, atol=1e-6, rtol=1e-5)
