@@ -241,6 +241,44 @@ def build_metadata(info: FolderInfo, tokenizer, *, model_name: str, license: str
 # ----------------------------------------------------------------------------------------------
 
 
+# Parameter groups of XPTForMaskedLM.xpt_parameter_groups(), in words.
+GROUP_WORDS = {
+    "target_embeddings": "the new Korean embeddings",
+    "itl": "the implicit translation layers",
+    "reused_encoder": "the reused encoder layers",
+    "reused_embeddings": "the reused position embeddings and embedding LayerNorm",
+    "lm_head_transform": "the MLM head transform",
+    "lm_head_bias": "the MLM output bias",
+    "adapters": "the adapters",
+    "task_head": "the task head",
+}
+
+
+def _join_words(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def describe_phases(phases: list) -> str | None:
+    """What each phase of the run trained, from the run's own record (training_summary.json
+    ``phases[].trainable_groups``); None without a record. A phase that trained every group that
+    any phase trained, the reused encoder included, "trained everything"."""
+    named = [p for p in phases if isinstance(p, dict) and p.get("trainable_groups")]
+    if not named:
+        return None
+    every = {g for p in named for g in p["trainable_groups"]}
+    parts = []
+    for phase in named:
+        groups = list(phase["trainable_groups"])
+        if set(groups) == every and "reused_encoder" in every:
+            what = "everything"
+        else:
+            what = _join_words([GROUP_WORDS.get(g, f"`{g}`") for g in groups])
+            if "reused_encoder" not in groups:
+                what += " (the reused English layers frozen)"
+        parts.append(f"{phase.get('name') or 'phase'} trained {what}")
+    return "; ".join(parts)
+
+
 def _made_section(info: FolderInfo, tokenizer) -> list[str]:
     c, s = info.config, info.summary or {}
     lines = ["## How this checkpoint was made", ""]
@@ -281,6 +319,9 @@ def _made_section(info: FolderInfo, tokenizer) -> list[str]:
                 parts.append(f"{fmt_int(data[key])} {label}")
         lines.append(f"- **Post-training data**: `{data.get('spec', '?')}`" + (": " + ", ".join(parts) if parts else "") + ".")
     phases = s.get("phases") or []
+    trained = describe_phases(phases)
+    if trained:
+        lines.append(f"- **What each phase trained**: {trained}.")
     if phases:
         lines += ["", "| phase | steps | trainable parameter groups | learning rate | warmup | schedule | stopped early | valid loss at end |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -493,9 +534,9 @@ def build_card(model_dir: str | Path, *, repo_id: str | None = None, license: st
              "layer of the masked-LM head is tied to them); the encoder layers, position embeddings, embedding "
              "LayerNorm and MLM head transform are kept. Two *Implicit Translation Layers* with the architecture of "
              "an encoder layer are added, one between the embeddings and the first reused layer and one after the "
-             "last. Post-training uses masked language modelling in two phases: first only the new embeddings, the "
-             "two ITLs and the output bias are trained while the reused layers stay frozen, then everything is "
-             "trained. The paper reports that this reaches or beats Korean models trained from scratch on much more text.", ""]
+             "last. Post-training uses masked language modelling in two phases: first the new parts are trained "
+             "while the reused layers stay frozen, then everything is trained. The paper reports that this reaches "
+             "or beats Korean models trained from scratch on much more text.", ""]
     lines += _made_section(info, tokenizer)
     lines += _usage_section(info, repo_ref, widgets, variant, revision if repo_id else None)
     lines += _results_section(info)

