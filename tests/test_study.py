@@ -2,8 +2,10 @@
 the report's numbers traced back to the runs, the data-efficiency factor, and bad specs.
 
 The end-to-end test runs the real pipeline (prepare_corpus, tokenizer training, post-training of
-four methods at three sizes from the offline MiniLM, fine-tuning on KorSTS and NSMC) on the
-`tiny` preset; it needs ../shared/data and skips without it.
+four methods at three sizes, fine-tuning on KorSTS and NSMC) on the `tiny` preset with one change:
+the source is a random 2-layer BERT of hidden size 32 (tests/model_factories.py) instead of the
+offline MiniLM, which keeps its 12 post-training and 48 fine-tuning runs within a minute or two.
+It needs ../shared/data and skips without it.
 """
 from __future__ import annotations
 
@@ -108,16 +110,30 @@ def test_extra_task_must_be_name_equals_dir():
 
 
 # --- the tiny preset end to end, interrupted and resumed -----------------------------------------------
-def _start(out: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([PYTHON, str(REPO_ROOT / "training" / "study.py"), "--preset", "tiny", "--out", str(out),
+def _start(spec: Path, out: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([PYTHON, str(REPO_ROOT / "training" / "study.py"), "--spec", str(spec), "--out", str(out),
                              *extra], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
+
+
+def _tiny_spec(tmp_path: Path) -> Path:
+    """configs/study-tiny.yaml with a tiny random BERT as the English source."""
+    from tests.model_factories import KOREAN_WORDS, tiny_source, word_tokenizer
+
+    source = tmp_path / "tiny-bert"
+    tiny_source("bert", word_tokenizer("bert", KOREAN_WORDS), source)
+    raw = yaml.safe_load((REPO_ROOT / "configs" / "study-tiny.yaml").read_text())
+    raw["source"] = str(source)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(raw, allow_unicode=True))
+    return path
 
 
 @pytest.mark.slow
 def test_tiny_study_survives_kill_and_resumes(shared_data, tmp_path):
     out = tmp_path / "study"
-    process = _start(out)
+    spec_file = _tiny_spec(tmp_path)
+    process = _start(spec_file, out)
     first = out / "models" / "xpt-100"
     deadline = time.time() + 600
     while not (first / "_DONE").is_file() and time.time() < deadline and process.poll() is None:
@@ -132,17 +148,17 @@ def test_tiny_study_survives_kill_and_resumes(shared_data, tmp_path):
     for folder in [*(out / "models").iterdir(), *(out / "finetune").glob("*/*")]:
         assert folder.name.startswith(".tmp-") or (folder / "_DONE").is_file(), folder
 
-    refused = _start(out)
+    refused = _start(spec_file, out)
     assert refused.wait() == 2 and "--resume" in refused.communicate()[0]
 
-    resumed = _start(out, "--resume")
+    resumed = _start(spec_file, out, "--resume")
     log = resumed.communicate(timeout=900)[0]
     assert resumed.returncode == 0, log[-3000:]
     assert "post-training xpt-100" not in log  # finished runs are not redone
     for name, mtime in finished_before.items():
         assert (out / "models" / name).stat().st_mtime_ns == mtime
 
-    spec = study.load_spec("tiny", None, [])
+    spec = study.load_spec(None, str(spec_file), [])
     report = json.loads((out / "report" / "results.json").read_text())
     assert len(report["runs"]) == len(spec.sizes) * len(spec.methods)
     for run in report["runs"]:  # every number traces back to a run folder's own files

@@ -236,6 +236,7 @@ def _read_split(folder: Path) -> list[str]:
 
 # --- stage 2: tokenizer ----------------------------------------------------------------------------
 def stage_tokenizer(spec: StudySpec, out: Path, data: Path) -> Path:
+    from tokenization.errors import InputError
     from tokenization.train_tokenizer import train_tokenizer
     from training.config import resolve_source, source_family
 
@@ -247,7 +248,10 @@ def stage_tokenizer(spec: StudySpec, out: Path, data: Path) -> Path:
     log(out, f"tokenizer: {spec.tokenizer_model} {spec.tokenizer_vocab_size} ({family} family) on {len(texts)} sentences")
     tmp = out / ".tmp-tokenizer"
     shutil.rmtree(tmp, ignore_errors=True)
-    train_tokenizer(texts, spec.tokenizer_vocab_size, family=family, out_dir=str(tmp), model=spec.tokenizer_model)
+    try:
+        train_tokenizer(texts, spec.tokenizer_vocab_size, family=family, out_dir=str(tmp), model=spec.tokenizer_model)
+    except InputError as error:
+        raise StudyError(f"tokenizer: {error}") from None
     commit(tmp, folder, {"sentences": len(texts), "family": family})
     return folder
 
