@@ -20,12 +20,13 @@ Design
   The mask token is an ``AddedToken`` with ``lstrip=True`` (RoBERTa's own setting), also for the
   BERT family: with Metaspace, a space left in front of the mask would become a stray ``▁``
   piece (BERT's whitespace pre-tokeniser drops it; Metaspace does not).
-* Saved with ``PreTrainedTokenizerFast.save_pretrained``: ``tokenizer.json`` +
-  ``tokenizer_config.json``. transformers v5 labels this ``TokenizersBackend`` and
+* Saved with ``PreTrainedTokenizerFast.save_pretrained`` (:func:`save_tokenizer`): ``tokenizer.json`` +
+  ``tokenizer_config.json``. transformers v5 would label this ``TokenizersBackend``, a name v4
+  does not know; the saved label is ``PreTrainedTokenizerFast`` (the same class in v5), and
   ``AutoTokenizer.from_pretrained(dir)`` loads exactly this ``tokenizer.json`` (Unigram/Metaspace)
-  with no custom code. Relabelling it as ``RobertaTokenizer``/``BertTokenizer`` would make v5
+  with no custom code in both. Relabelling it as ``RobertaTokenizer``/``BertTokenizer`` would make v5
   rebuild a byte-level BPE / WordPiece from the vocabulary and Korean would collapse, so the
-  label is left alone (the tests check the loaded class and the token counts).
+  label stays the generic fast tokenizer (the tests check the loaded class and the token counts).
 * Training streams the texts through ``train_from_iterator``; only the trainer's word counts
   are held in memory, never the corpus.
 * Same text, same ``tokenizer.json``: the ``tokenizers`` Unigram trainer visits words in a hash
@@ -174,6 +175,32 @@ def _unseen_chars_in_order(pieces: list) -> list:
     return [pc for i, pc in enumerate(pieces) if i not in members] + [[c, sc] for c, sc in zip(chars, scores)]
 
 
+# transformers 5 saves a fast tokenizer as `TokenizersBackend`, a class transformers 4 does not
+# have; `PreTrainedTokenizerFast` is the same class in 5 and loads this tokenizer.json as is in 4.
+TOKENIZER_CLASS = "PreTrainedTokenizerFast"
+# Keys that transformers 5 copies from the loading call into tokenizer_config.json; they describe
+# the machine that saved the folder, not the tokenizer.
+LOAD_TIME_KEYS = ("is_local", "local_files_only")
+
+
+def save_tokenizer(tokenizer, out_dir: str | Path) -> None:
+    """``tokenizer.save_pretrained(out_dir)``, with ``tokenizer_config.json`` naming
+    ``PreTrainedTokenizerFast`` instead of ``TokenizersBackend`` (so transformers 4.x loads the
+    folder too, and with an explicit class it does not read the folder's ``config.json``) and
+    without load-time keys. Tokenizers of other classes are saved unchanged."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(str(out))
+    path = out / "tokenizer_config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    if config.get("tokenizer_class") != "TokenizersBackend":
+        return
+    config["tokenizer_class"] = TOKENIZER_CLASS
+    for key in LOAD_TIME_KEYS:
+        config.pop(key, None)
+    path.write_text(json.dumps(config, indent=2, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
+
+
 def _non_empty(texts: Iterable[str], seen: list[int]) -> Iterator[str]:
     for t in texts:
         if t and not t.isspace():
@@ -245,9 +272,7 @@ def _train(texts, vocab_size, family, out_dir, model, normalizer, model_max_leng
                                    model_input_names=fam["model_input_names"], padding_side="right",
                                    clean_up_tokenization_spaces=False, **attrs)
     if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        fast.save_pretrained(str(out))
+        save_tokenizer(fast, out_dir)
     return fast
 
 
@@ -299,8 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise InputError(f"{args.corpus}: the text supports only {len(tok)} tokens, fewer than --vocab-size "
                          f"{args.vocab_size}; lower --vocab-size to at most {len(tok)} or add more text")
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    tok.save_pretrained(str(out))
+    save_tokenizer(tok, out)
     info = {"corpus": str(args.corpus), "split": args.split, "texts": counted[0], "characters": counted[1],
             "skipped_invalid_utf8_lines": bad.lines, "vocab_size": len(tok), "family": args.family,
             "model": args.model, "normalizer": args.normalizer, "model_max_length": args.model_max_length,
