@@ -417,15 +417,18 @@ def _results_section(info: FolderInfo) -> list[str]:
 
 def _usage_section(info: FolderInfo, repo_ref: str, widgets: list[dict], variant: str,
                    revision: str | None = None) -> list[str]:
-    trust = (f", revision={revision!r}" if revision and revision != "main" else "") + \
-        (", trust_remote_code=True" if variant == "custom" else "")
+    rev = f", revision={revision!r}" if revision and revision != "main" else ""
+    trust = rev + (", trust_remote_code=True" if variant == "custom" else "")
     example = widgets[0]["text"] if widgets else "대한민국의 수도는 서울이다."
     auto = info.auto_class or "AutoModel"
     lines = ["## How to use", ""]
     if variant == "custom":
         lines += ["The model code (`configuration_xpt.py`, `modeling_xpt.py`) is stored in this repository, so "
                   "loading it needs `trust_remote_code=True` (read the two files first if you do not trust this "
-                  "repository). Only `torch` and `transformers` are required.", ""]
+                  "repository). Only `torch` and `transformers` are required. The tokenizer itself runs no custom "
+                  "code, but transformers 5's `AutoTokenizer` reads `config.json` first and so asks about the custom "
+                  f'code as well; `PreTrainedTokenizerFast.from_pretrained("{repo_ref}"{rev})` loads the same tokenizer '
+                  "without asking.", ""]
     lines += ["```python", "from transformers import AutoTokenizer, " + auto + ", pipeline", "",
               f'tokenizer = AutoTokenizer.from_pretrained("{repo_ref}"{trust})',
               f'model = {auto}.from_pretrained("{repo_ref}"{trust})', "",

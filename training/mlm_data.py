@@ -216,8 +216,10 @@ def special_ids(tokenizer) -> tuple[int, int]:
 
 
 def _tokenize_batch(batch, tokenizer, max_len: int, start: int, end: int):
+    # verbose=False: whole sentences/paragraphs are tokenised here and cut into rows of max_len
+    # below, so transformers' "longer than the specified maximum sequence length" warning is false.
     enc = tokenizer(batch["text"], add_special_tokens=False, return_attention_mask=False,
-                    return_token_type_ids=False)
+                    return_token_type_ids=False, verbose=False)
     out_ids, out_starts = [], []
     body = max_len - 2
     for i, ids in enumerate(enc["input_ids"]):

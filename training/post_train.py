@@ -198,8 +198,7 @@ def get_tokenizer(config: PostTrainConfig, output_dir: Path, splits, source_fam:
         log(f"training a {source_fam or 'roberta'} tokenizer (vocab {config.tokenizer_vocab_size}) on {n} train sentences")
         texts = splits["train"].select(range(n))["text"]
         tmp = output_dir / ".tmp-tokenizer"
-        train_tokenizer(texts, config.tokenizer_vocab_size, family=source_fam or "roberta", out_dir=str(tmp),
-                        model_max_length=config.max_seq_length)
+        train_tokenizer(texts, config.tokenizer_vocab_size, family=source_fam or "roberta", out_dir=str(tmp))
         os.replace(tmp, trained)
     accelerator.wait_for_everyone()
     return AutoTokenizer.from_pretrained(str(trained)), str(trained)
@@ -356,6 +355,7 @@ def train(config: PostTrainConfig) -> dict:
     # the module that trains: the MLM model, or the MLM model plus the auxiliary WOP head
     train_module = WOPObjective.build(model, config.max_seq_length) if use_wop else model
     position_offset = model.config.position_offset
+    tokenizer.model_max_length = model.config.max_position_embeddings - position_offset  # the model's usable positions, saved with it
     cache_key = {"data": describe_data_source(data), "data_config": config.data_config, "streaming": config.streaming,
                  "valid": config.valid_size,
                  "test": config.test_size, "max_train": config.max_train_sentences,
@@ -540,8 +540,10 @@ def train(config: PostTrainConfig) -> dict:
         "config": config.to_dict(),
     }
     if accelerator.is_main_process:
+        from tokenization.train_tokenizer import save_tokenizer
+
         model.save_pretrained(str(output_dir))
-        tokenizer.save_pretrained(str(output_dir))
+        save_tokenizer(tokenizer, output_dir)  # names PreTrainedTokenizerFast, which transformers 4.x loads too
         (output_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
         log(f"saved model, tokenizer and {SUMMARY_FILE} to {output_dir}")
         log("final ({}): {}".format(final_split, ", ".join(f"{k} {v:.4g}" for k, v in final_metrics.items())))
