@@ -1,4 +1,4 @@
-"""Korean corpus preparation, tokenizer training and tokenizer report (issue 3).
+"""Korean corpus preparation, tokenizer training and tokenizer report.
 
 Run from the repository root:
 
