@@ -65,12 +65,12 @@ def runnable(cmd: list[str]) -> list[str]:
     """`.venv/bin/X` -> the X beside this interpreter; repository files (scripts, configs) by absolute path."""
     out = []
     for arg in cmd:
-        if arg.startswith(".venv/bin/"):
-            tool = arg[len(".venv/bin/"):]
-            path = Path(sys.executable).parent / tool
-            out += [sys.executable] if tool == "python" else ([str(path)] if path.exists() else
-                                                               [sys.executable, "-m", "accelerate.commands.launch"]
-                                                               if tool == "accelerate" else [str(path)])
+        if arg == ".venv/bin/python":
+            out.append(sys.executable)
+        elif arg.startswith(".venv/bin/"):
+            tool = Path(sys.executable).parent / arg[len(".venv/bin/"):]
+            assert tool.is_file(), f"README.md runs {arg}, which is not installed beside {sys.executable}"
+            out.append(str(tool))
         elif not arg.startswith("-") and "/" in arg and (REPO_ROOT / arg).is_file():
             out.append(str(REPO_ROOT / arg))
         else:
