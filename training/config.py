@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import types
 import typing
@@ -70,81 +71,86 @@ class PhaseConfig:
         return list(PARAMETER_GROUPS) if self.trainable_groups == ALL_GROUPS else list(self.trainable_groups)
 
 
+def arg(default, help: str):
+    """A config field with its `--help` text (as PEFT's config dataclasses keep theirs)."""
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class PostTrainConfig:
+    """Every setting of a post-training run; `--help` prints each field's help and current value."""
+
     # --- model -------------------------------------------------------------------------------
-    method: str = "xpt"
-    source: str = "roberta-base"  # Hub id, folder, or "package:NAME" (a package with get_model_path())
-    tokenizer: str | None = None  # folder or Hub id of the Korean tokenizer; None: train one on the train split
-    tokenizer_vocab_size: int = 32000  # when training a tokenizer
-    tokenizer_train_sentences: int = 200000  # sentences of the train split the tokenizer is trained on
-    embedding_init: str = "random"  # random (paper) | overlap
-    itl_init: str = "random"  # random (paper) | copy
-    adapter_size: int = 64  # bottleneck width, method adapters only
-    # A source without an MLM head (e.g. a bare BertModel such as all-MiniLM-L6-v2) gets a random
-    # head transform; frozen in phase 1 it would stay random, so it trains with the phase-1 groups.
-    train_fresh_head_in_phase1: bool = True
+    method: str = arg("xpt", "xpt | xpt-sp | scratch | adapters | xpt-no-itl (phases per method: see the module docstring)")
+    source: str = arg("roberta-base", "Hub id, folder, or \"package:NAME\" (a package with get_model_path())")
+    tokenizer: str | None = arg(None, "folder or Hub id of the Korean tokenizer; None: train one on the train split")
+    tokenizer_vocab_size: int = arg(32000, "vocabulary of the tokenizer trained when `tokenizer` is None")
+    tokenizer_train_sentences: int = arg(200000, "sentences of the train split the tokenizer is trained on")
+    embedding_init: str = arg("random", "random (paper) | overlap")
+    itl_init: str = arg("random", "random (paper) | copy")
+    adapter_size: int = arg(64, "bottleneck width, method adapters only")
+    train_fresh_head_in_phase1: bool = arg(True, "a source without an MLM head (e.g. all-MiniLM-L6-v2) gets a random head transform: train it in phase 1 (frozen it would stay random)")
     # --- data --------------------------------------------------------------------------------
-    data: str = ""  # prepared-splits folder, text/jsonl/parquet file(s) or folder, Hub dataset id, or "konlpy"
-    data_fallback: str | None = None  # used when `data` is a path that does not exist (e.g. "konlpy")
-    data_config: str | None = None  # Hub dataset configuration name
-    streaming: bool = False  # Hub data: stream only max_train_sentences + valid_size + test_size records
-    text_column: str = "text"
-    valid_size: int = 2000  # sentences held out for valid when the data has no valid split
-    test_size: int = 2000  # sentences held out for test when the data has no test split
-    max_train_sentences: int | None = None  # use only the first N train sentences (data-efficiency settings)
-    max_eval_sentences: int | None = 5000  # cap valid/test for evaluation cost
-    max_seq_length: int = 128
-    packing: bool = True  # pack sentences into full rows (block attention); False: pad with length grouping
-    cache_dir: str = ".cache/xpt-data"  # tokenised + packed splits, keyed by data/tokenizer/length
+    data: str = arg("", "prepared-splits folder, text/jsonl/parquet file(s) or folder, Hub dataset id, or \"konlpy\"")
+    data_fallback: str | None = arg(None, "used when `data` is a path that does not exist (e.g. \"konlpy\")")
+    data_config: str | None = arg(None, "Hub dataset configuration name")
+    streaming: bool = arg(False, "Hub data: stream only max_train_sentences + valid_size + test_size records")
+    text_column: str = arg("text", "text column of Hub datasets and .jsonl/.parquet files")
+    valid_size: int = arg(2000, "sentences held out for valid when the data has no valid split")
+    test_size: int = arg(2000, "sentences held out for test when the data has no test split")
+    max_train_sentences: int | None = arg(None, "use only the first N train sentences (data-efficiency settings)")
+    max_eval_sentences: int | None = arg(5000, "cap valid/test for evaluation cost")
+    max_seq_length: int = arg(128, "tokens per packed row (sentences longer than this are cut into consecutive chunks)")
+    packing: bool = arg(True, "pack sentences into full rows (block attention); False: pad with length grouping")
+    cache_dir: str = arg(".cache/xpt-data", "tokenised + packed splits, keyed by data/tokenizer/length")
     # --- masking -----------------------------------------------------------------------------
-    mlm_probability: float = 0.15
-    mask_replace_prob: float = 0.8  # of the selected tokens: [MASK]
-    random_replace_prob: float = 0.1  # of the selected tokens: a random token (rest unchanged)
-    whole_word_masking: bool = False
+    mlm_probability: float = arg(0.15, "share of the real non-special tokens selected for MLM (exact count per row)")
+    mask_replace_prob: float = arg(0.8, "of the selected tokens: [MASK]")
+    random_replace_prob: float = arg(0.1, "of the selected tokens: a random token (rest unchanged)")
+    whole_word_masking: bool = arg(False, "select whole words (all their pieces) instead of single tokens")
     # --- optional auxiliary objective: word-order prediction (KoreALBERT), off by default -----------
-    wop_probability: float = 0.0  # share of rows whose word order is partly shuffled
-    wop_fraction: float = 0.15  # at most this share of a sentence's (unmasked, non-special) tokens moves
-    wop_weight: float = 1.0
+    wop_probability: float = arg(0.0, "share of rows whose word order is partly shuffled")
+    wop_fraction: float = arg(0.15, "at most this share of a sentence's (unmasked, non-special) tokens moves")
+    wop_weight: float = arg(1.0, "weight of the word-order loss added to the MLM loss")
     # --- phases and optimisation ----------------------------------------------------------------
-    phases: list[PhaseConfig] | None = None  # explicit phases; None: derived from method (see module doc)
-    train_steps: int = 2000
-    phase1_steps: int = 1000  # two-phase methods
-    learning_rate: float = 1e-4
-    phase1_learning_rate: float | None = None  # None: learning_rate
-    warmup_steps: int = 1000
-    lr_schedule: str = "linear"
-    early_stopping_patience: int | None = None
-    global_batch_size: int = 256
-    per_device_batch_size: int | None = None  # micro-batch; None: from gradient_accumulation_steps (default 1)
-    gradient_accumulation_steps: int | None = None  # None: derived from world size and per_device_batch_size
-    weight_decay: float = 0.01  # not applied to biases and LayerNorm weights
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.98
-    adam_epsilon: float = 1e-6
-    max_grad_norm: float = 1.0
-    mixed_precision: str = "auto"  # auto | no | fp16 | bf16; auto: bf16 on CUDA with bf16 and on CPUs with AVX512-BF16/AMX, else no
-    compile: str | bool = "auto"  # torch.compile (inductor) of the training step's forward+backward; auto: CUDA, long CPU runs
-    fused_adamw: str | bool = "auto"  # AdamW(fused=True); auto: on
-    static_masked_head: str | bool = "auto"  # LM head on a static number of rows (no recompiles); auto: when compiling
-    seed: int = 42
-    eval_seed: int = 1234  # fixed masking of valid/test, comparable across runs and methods
+    phases: list[PhaseConfig] | None = arg(None, "explicit phases (YAML list of {name, trainable_groups, steps, learning_rate, ...}); None: derived from method")
+    train_steps: int = arg(2000, "total optimiser steps of all phases together (each method spends the same number)")
+    phase1_steps: int = arg(1000, "steps of phase 1 (two-phase methods xpt, xpt-no-itl); phase 2 gets train_steps - phase1_steps")
+    learning_rate: float = arg(1e-4, "peak learning rate (phase 2, and single-phase methods)")
+    phase1_learning_rate: float | None = arg(None, "peak learning rate of phase 1; None: learning_rate")
+    warmup_steps: int = arg(1000, "linear warmup steps at the start of each phase (capped at the phase length)")
+    lr_schedule: str = arg("linear", "linear | cosine | constant, after the warmup, within each phase")
+    early_stopping_patience: int | None = arg(None, "stop a phase after this many evaluations without a better valid loss (None: off)")
+    global_batch_size: int = arg(256, "rows per optimiser step, over all processes and accumulation steps")
+    per_device_batch_size: int | None = arg(None, "rows per forward pass per process; None: from gradient_accumulation_steps (default 1)")
+    gradient_accumulation_steps: int | None = arg(None, "micro-batches per optimiser step; None: derived from world size and per_device_batch_size")
+    weight_decay: float = arg(0.01, "AdamW weight decay (not on biases and LayerNorm weights)")
+    adam_beta1: float = arg(0.9, "AdamW beta1")
+    adam_beta2: float = arg(0.98, "AdamW beta2")
+    adam_epsilon: float = arg(1e-6, "AdamW epsilon")
+    max_grad_norm: float = arg(1.0, "gradient clipping norm (0: off)")
+    mixed_precision: str = arg("auto", "auto | no | fp16 | bf16; auto: bf16 on CUDA with bf16 and on CPUs with AVX512-BF16/AMX, else no")
+    compile: str | bool = arg("auto", "torch.compile (inductor) of the training step's forward+backward; auto: CUDA, long CPU runs")
+    fused_adamw: str | bool = arg("auto", "AdamW(fused=True); auto: on")
+    static_masked_head: str | bool = arg("auto", "LM head on a static number of rows (no recompiles); auto: when compiling")
+    seed: int = arg(42, "seed of the batch order, the masks and the initialisation")
+    eval_seed: int = arg(1234, "fixed masking of valid/test, comparable across runs and methods")
     # --- bookkeeping -------------------------------------------------------------------------
-    output_dir: str = "runs/xpt"
-    eval_steps: int = 500
-    save_steps: int = 500
-    save_total_limit: int = 3
-    keep_checkpoints: bool = False  # keep OUTPUT/checkpoints after a successful run (default: delete them)
-    logging_steps: int = 10
-    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
-    push_to_hub: str | None = None  # ORG/NAME: after saving, validate, write the card and upload (cards.push)
-    hub_private: bool = False  # with push_to_hub: create the repo private
-    num_workers: int = 0
-    max_steps: int | None = None  # quick runs: scale every phase to a total of N steps (each keeps >= 1)
-    stop_after_steps: int | None = None  # debug: hard-exit after N steps, as if killed (tests resume)
-    resume: str | None = None  # "latest" or a checkpoint folder
-    overwrite_output_dir: bool = False  # a fresh run into a folder with checkpoints/summary: delete them first
-    dry_run: bool = False
+    output_dir: str = arg("runs/xpt", "run folder: checkpoints while training, then the model, tokenizer, training_summary.json, losses.jsonl")
+    eval_steps: int = arg(500, "evaluate on valid every N steps (and at the end of each phase)")
+    save_steps: int = arg(500, "checkpoint every N steps (atomic; resume with --resume latest)")
+    save_total_limit: int = arg(3, "checkpoints kept (oldest deleted first)")
+    keep_checkpoints: bool = arg(False, "keep OUTPUT/checkpoints after a successful run (default: delete them)")
+    logging_steps: int = arg(10, "log loss, learning rate and tokens/s every N steps")
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"], metadata={"help": "trackers: [tensorboard], or [] for none"})
+    push_to_hub: str | None = arg(None, "ORG/NAME: after saving, validate, write the card and upload (cards.push)")
+    hub_private: bool = arg(False, "with push_to_hub: create the repo private")
+    num_workers: int = arg(0, "data-loader worker processes (0: batches built in the training process)")
+    max_steps: int | None = arg(None, "quick runs: scale every phase down so all phases total N steps (each keeps >= 1); train_steps/phase1_steps set the full plan")
+    stop_after_steps: int | None = arg(None, "testing resume: exit abruptly after N steps, as if killed (no summary, no final save); unlike max_steps the plan is unchanged")
+    resume: str | None = arg(None, "continue an interrupted run: \"latest\" (the newest complete checkpoint in output_dir) or a checkpoint folder")
+    overwrite_output_dir: bool = arg(False, "a fresh run into a folder that holds checkpoints or a summary: delete them first")
+    dry_run: bool = arg(False, "validate the config and print the plan; nothing is downloaded or trained")
 
     # ------------------------------------------------------------------------------------------
     def resolved_phases(self) -> list[PhaseConfig]:
@@ -278,19 +284,41 @@ def config_from_dict(raw: dict) -> PostTrainConfig:
     return PostTrainConfig(**values)
 
 
-def build_arg_parser() -> argparse.ArgumentParser:
+def build_arg_parser(current: dict | None = None) -> argparse.ArgumentParser:
+    """One `--field-name VALUE` option per config field, with the field's help and its value:
+    `current` (the values of the `--config` file) where given, else the code's default."""
+    current = current or {}
     parser = argparse.ArgumentParser(
         description="XPT post-training of an English BERT/RoBERTa encoder into Korean (Accelerate).",
-        epilog="Any config field can be given as --field-name VALUE (YAML syntax for lists: --phases '[...]').")
-    parser.add_argument("--config", help="YAML config file")
+        epilog="Any config field can be given as --field-name VALUE (YAML syntax for lists: --phases '[...]'). "
+               "With --config FILE, --help shows that file's values.")
+    parser.add_argument("--config", help="YAML config file (its values show below as 'config:')")
     for name, f in FIELDS.items():
         flag = "--" + name.replace("_", "-")
         if name == "dry_run":
-            parser.add_argument(flag, action="store_const", const=True, default=None, help="validate and print the plan")
+            parser.add_argument(flag, action="store_const", const=True, default=None, help=f.metadata["help"])
             continue
-        default = f.default if f.default is not dataclasses.MISSING else "(see config)"
-        parser.add_argument(flag, dest=name, default=None, metavar="VALUE", help=f"default: {default}")
+        if name in current:
+            shown = f"config: {current[name]}"
+        else:
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            shown = f"default: {default}"
+        parser.add_argument(flag, dest=name, default=None, metavar="VALUE",
+                            help=f"{f.metadata['help']} ({shown})".replace("%", "%%"))
     return parser
+
+
+def _read_yaml_config(path_text: str) -> dict:
+    path = Path(path_text)
+    if not path.is_file():
+        raise ConfigError("config", f"{path} does not exist")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError("config", f"{path} is not valid YAML: {' '.join(str(error).split())}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError("config", f"{path} must hold a mapping of field: value")
+    return raw
 
 
 def _parse_cli_value(name: str, text: str):
@@ -305,15 +333,11 @@ def _parse_cli_value(name: str, text: str):
 
 def load_config(argv: list[str] | None = None) -> PostTrainConfig:
     """YAML file, then command-line overrides; offline validation. Raises ConfigError."""
-    args = build_arg_parser().parse_args(argv)
-    raw: dict = {}
-    if args.config:
-        path = Path(args.config)
-        if not path.is_file():
-            raise ConfigError("config", f"{path} does not exist")
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        if not isinstance(raw, dict):
-            raise ConfigError("config", f"{path} must hold a mapping of field: value")
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--config")
+    known, _ = pre.parse_known_args(argv)
+    raw: dict = _read_yaml_config(known.config) if known.config else {}
+    args = build_arg_parser(raw).parse_args(argv)
     for name in FIELDS:
         value = getattr(args, name)
         if value is None:
@@ -359,6 +383,9 @@ def resolve_local(path: str) -> Path | None:
 
 
 def validate_config(c: PostTrainConfig, world_size: int | None = None, check_data: bool = True) -> None:
+    for name, value in dataclasses.asdict(c).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(name, f"{value} is not a finite number")
     if c.method not in METHODS:
         raise ConfigError("method", f"{c.method!r} is not one of {METHODS}")
     if c.push_to_hub is not None and (c.push_to_hub.count("/") != 1 or not all(c.push_to_hub.split("/"))):
