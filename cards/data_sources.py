@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .folder import looks_like_hub_id
+from .public import corpus_hub_datasets, corpus_stats
 
 # file name (as found in a local data folder) -> (description / domain, licence)
 KNOWN_FILES = {
@@ -31,6 +32,8 @@ KNOWN_TASKS = {
                "text-classification", "Spearman x 100"),
     "nsmc": ("NSMC movie-review sentiment (github e9t/nsmc)", "CC0 1.0", "text-classification", "accuracy"),
 }
+# Fine-tuning task name -> (Hub dataset id, config) where the task's data is on the Hub.
+TASK_HUB_DATASETS = {"korsts": ("kakaobrain/kor_nlu", "sts"), "nsmc": ("e9t/nsmc", None)}
 
 
 def describe_data(spec: str | None) -> tuple[list[str], list[tuple[str, str, str]]]:
@@ -42,10 +45,17 @@ def describe_data(spec: str | None) -> tuple[list[str], list[tuple[str, str, str
         return [], [("konlpy", "the small Korean corpora bundled in the PyPI package konlpy (kolaw, kobill)",
                      "not recorded here: see the konlpy package's documentation")]
     path = Path(spec)
+    hub_ids = corpus_hub_datasets(spec)
     if path.exists():
         files = sorted(p.name for p in (path.rglob("*") if path.is_dir() else [path]) if p.is_file())
-        known = [(name, *KNOWN_FILES[name]) for name in files if name in KNOWN_FILES]
-        return [], known
+        stats = corpus_stats(spec) or {}
+        # a prepared corpus names its own inputs in stats.json
+        files += [Path(str(i.get("input", ""))).name for i in stats.get("inputs") or [] if isinstance(i, dict)]
+        known = [(name, *KNOWN_FILES[name]) for name in dict.fromkeys(files) if name in KNOWN_FILES]
+        known += [(hub, *KNOWN_HUB[hub]) for hub in hub_ids if hub in KNOWN_HUB]
+        return hub_ids, known
+    if hub_ids:
+        return hub_ids, [(hub, *KNOWN_HUB[hub]) for hub in hub_ids if hub in KNOWN_HUB]
     if looks_like_hub_id(spec):
         base = spec
         if base in KNOWN_HUB:
@@ -56,3 +66,8 @@ def describe_data(spec: str | None) -> tuple[list[str], list[tuple[str, str, str
 
 def describe_task(task: str | None) -> tuple[str, str, str, str] | None:
     return KNOWN_TASKS.get(str(task).lower()) if task else None
+
+
+def task_hub_dataset(task: str | None) -> tuple[str, str | None] | None:
+    """(Hub dataset id, config) of a fine-tuning task, where it has one."""
+    return TASK_HUB_DATASETS.get(str(task).lower()) if task else None

@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .data_sources import describe_data, describe_task
+from .data_sources import describe_data, describe_task, task_hub_dataset
 from .folder import (
     CARD_FILE,
     GENERATED_MARKER,
@@ -27,6 +27,7 @@ from .folder import (
     looks_like_hub_id,
     safetensors_parameter_count,
 )
+from .public import public_ref
 
 DEFAULT_LICENSE = "apache-2.0"
 
@@ -66,6 +67,10 @@ CLASSIFICATION_EXAMPLES = [
     "배우들의 연기가 어색해서 너무 지루했다.",
     "음식은 맛있었지만 서비스가 느렸다.",
 ]
+# Decimals a metric is reported with (card table and model-index alike).
+METRIC_DIGITS = {"perplexity": 2, "mean_rank": 2}
+DOWNSTREAM_DIGITS = 2
+
 INTRINSIC_METRICS = [  # key in training_summary metrics -> (model-index type, display name)
     ("perplexity", "perplexity", "Perplexity (masked tokens)"),
     ("loss", "loss", "MLM loss"),
@@ -186,25 +191,28 @@ def eval_results(info: FolderInfo, data_name: str):
     split = summary.get("final_metrics_split", "test")
     spec = _data_spec(info)
     hub_ids, _ = describe_data(_locate_spec(spec))
-    dataset_type = hub_ids[0] if hub_ids else (f"local:{Path(spec).name}" if spec else "unknown")
+    dataset_type = hub_ids[0] if hub_ids else "held-out-text"
     for key, metric_type, name in INTRINSIC_METRICS:
         if _num(metrics.get(key)):
             results.append(EvalResult(
-                task_type="fill-mask", task_name="Masked language modelling (held-out Korean text)",
+                task_type="fill-mask", task_name="Masked language modelling (held-out text)",
                 dataset_type=dataset_type, dataset_name=data_name, dataset_split=split,
-                metric_type=metric_type, metric_name=name, metric_value=float(metrics[key])))
+                metric_type=metric_type, metric_name=name,
+                metric_value=round(float(metrics[key]), METRIC_DIGITS.get(key, 4))))
     for result in info.results:
         task = describe_task(result.get("task"))
         value = result.get("mean")
         if not _num(value):
             continue
         task_name = str(result.get("task"))
+        hub = task_hub_dataset(task_name)
         results.append(EvalResult(
             task_type=task[2] if task else "text-classification", task_name=task[0] if task else task_name,
-            dataset_type=task_name, dataset_name=task[0] if task else task_name,
+            dataset_type=hub[0] if hub else task_name, dataset_config=hub[1] if hub else None,
+            dataset_name=task[0] if task else task_name,
             dataset_split=str(result.get("split", "test")), metric_type=str(result.get("metric", "score")),
             metric_name=f"{result.get('metric', 'score')} (mean of {len(result.get('scores') or [])} seeds)",
-            metric_value=float(value)))
+            metric_value=round(float(value), DOWNSTREAM_DIGITS)))
     return results
 
 
@@ -220,7 +228,8 @@ def build_metadata(info: FolderInfo, tokenizer, *, model_name: str, license: str
     if family in ("bert", "roberta"):
         tags.append(family)
     tags.append("custom_code" if variant == "custom" else "stock-export")
-    results = eval_results(info, data_name=f"Korean held-out text ({spec})" if spec else "Korean held-out text")
+    data_ref = public_ref(_locate_spec(spec), "corpus") if spec else None
+    results = eval_results(info, data_name=f"Korean held-out text ({data_ref})" if data_ref else "Korean held-out text")
     data = ModelCardData(
         language="ko",
         license=license,
@@ -288,7 +297,8 @@ def _made_section(info: FolderInfo, tokenizer) -> list[str]:
     source = _summary_source(info)
     if source:
         hub = hub_source_id(source) or hub_source_id(c.get("source_name_or_path"))
-        lines.append(f"- **English source model**: `{source}`" + (f" ([{hub}](https://huggingface.co/{hub}))" if hub and hub != source else "")
+        shown = public_ref(source, "model")
+        lines.append(f"- **English source model**: `{shown}`" + (f" ([{hub}](https://huggingface.co/{hub}))" if hub and hub != shown else "")
                      + (f", {c['source_model_type']} family" if c.get("source_model_type") else "") + ".")
     if c.get("model_type") == "xpt":
         layers = c.get("num_hidden_layers")
@@ -307,9 +317,9 @@ def _made_section(info: FolderInfo, tokenizer) -> list[str]:
     count = safetensors_parameter_count(info.path)
     if count:
         lines.append(f"- **Stored parameters**: {fmt_int(count)} (from the safetensors file).")
-    tok_ref = s.get("tokenizer")
+    tok_ref = public_ref(s.get("tokenizer"), "tokenizer")
     lines.append(f"- **Tokenizer**: {fmt_int(len(tokenizer))} tokens, mask token `{tokenizer.mask_token}`"
-                 + (f", from `{tok_ref}`" if tok_ref else "") + ".")
+                 + (f", from {tok_ref}" if tok_ref and not looks_like_hub_id(tok_ref) else f", from `{tok_ref}`" if tok_ref else "") + ".")
     data = s.get("data") if isinstance(s.get("data"), dict) else None
     if data:
         parts = []
@@ -317,7 +327,8 @@ def _made_section(info: FolderInfo, tokenizer) -> list[str]:
                            ("valid_sentences", "valid sentences"), ("test_sentences", "test sentences")):
             if _num(data.get(key)):
                 parts.append(f"{fmt_int(data[key])} {label}")
-        lines.append(f"- **Post-training data**: `{data.get('spec', '?')}`" + (": " + ", ".join(parts) if parts else "") + ".")
+        lines.append(f"- **Post-training data**: {public_ref(_locate_spec(data.get('spec')), 'corpus') or '?'}"
+                     + (": " + ", ".join(parts) if parts else "") + ".")
     phases = s.get("phases") or []
     trained = describe_phases(phases)
     if trained:
@@ -366,10 +377,11 @@ def _made_section(info: FolderInfo, tokenizer) -> list[str]:
     if own:
         lines.append(f"- **Fine-tuning**: task `{own.get('task')}`, metric `{own.get('metric')}`"
                      + (f", seeds {own['seeds']}" if own.get("seeds") else "")
-                     + (f", from `{own['model']}`" if own.get("model") else "") + ".")
+                     + (f", from `{public_ref(own['model'], 'model')}`" if own.get("model") else "") + ".")
         post = own.get("post_training") or {}
         if post:
-            lines.append("- **Post-training of the encoder**: " + ", ".join(f"{k} `{v}`" for k, v in post.items()) + ".")
+            lines.append("- **Post-training of the encoder**: "
+                         + ", ".join(f"{k} `{public_ref(v) if isinstance(v, str) else v}`" for k, v in post.items()) + ".")
     if info.summary:
         lines.append("")
         lines.append("The full record is in [`training_summary.json`](training_summary.json) (configuration included).")
@@ -497,7 +509,8 @@ def _licence_section(license: str, known_data, info: FolderInfo) -> list[str]:
     else:
         spec = _data_spec(info)
         if spec:
-            lines += ["", f"Post-training data `{spec}`: licence not recorded here; check it at the source before reuse."]
+            lines += ["", f"Post-training data ({public_ref(_locate_spec(spec), 'corpus')}): licence not recorded here; "
+                      "check it at the source before reuse."]
     for result in info.results:
         task = describe_task(result.get("task"))
         if task:
@@ -529,7 +542,7 @@ def build_card(model_dir: str | Path, *, repo_id: str | None = None, license: st
     source = _summary_source(info)
     lines = [GENERATED_MARKER, "", f"# {model_name}", "",
              f"{kind[0].upper() + kind[1:]} made from an English encoder by **cross-lingual post-training (XPT)**"
-             + (f" (English source: `{source}`)" if source else "") + "."
+             + (f" (English source: `{public_ref(source, 'model')}`)" if source else "") + "."
              + (" This repository is the stock (no custom code) export." if variant == "stock" else ""), "",
              "## What XPT is", "",
              "XPT (Lee et al., 2021) reuses the Transformer layers of a pretrained English encoder for another "

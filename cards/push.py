@@ -32,6 +32,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .public import find_local_paths, public_config, public_summary
 from .folder import CARD_FILE, GENERATED_MARKER, PICKLE_SUFFIXES, RESULTS_FILE, SUMMARY_FILE, inspect_folder, upload_files
 from .validate import Report, validate_folder
 
@@ -143,7 +144,31 @@ def stage_folder(model_dir: Path, stage: Path, *, fmt: str, repo_id: str, regene
     if regenerate:
         write_card(stage, repo_id=repo_id, variant=fmt, revision=revision, **card_kwargs)
         notes.append(f"README.md generated for {repo_id}")
+    # The uploaded config and summary name Hub ids or plain descriptions, never local paths
+    # (written as new files: the stage holds hard links to the model folder).
+    for name, clean in (("config.json", public_config), (SUMMARY_FILE, public_summary), (RESULTS_FILE, public_summary)):
+        file = stage / name
+        if file.is_file():
+            data = json.loads(file.read_text(encoding="utf-8"))
+            file.unlink()
+            file.write_text(json.dumps(clean(data), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return notes
+
+
+TEXT_SUFFIXES = (".json", ".md", ".py", ".txt", ".jinja", ".model")
+
+
+def local_path_leaks(stage: Path) -> list[str]:
+    """One line per staged text file that names a local path or the user's home."""
+    problems = []
+    for file in sorted(stage.iterdir()):
+        if not file.is_file() or not file.name.endswith(TEXT_SUFFIXES) or file.name.endswith(".model"):
+            continue
+        found = find_local_paths(file.read_text(encoding="utf-8", errors="replace"))
+        if found:
+            problems.append(f"{file.name} names local path(s) {', '.join(found[:3])}: remove them (a hand-written "
+                            "README.md too), or let cards.make_card regenerate the card")
+    return problems
 
 
 def pickle_files(model_dir: Path) -> list[str]:
@@ -216,6 +241,7 @@ def push_to_hub(model_dir: str | Path, repo_id: str, *, private: bool = False, r
         for note in notes:
             log(note)
         report = validate_folder(stage, fmt)
+        report.errors.extend(local_path_leaks(stage))
         pickles = pickle_files(model_dir)
         if pickles:
             report.errors.insert(0, f"pickle checkpoint(s) in {model_dir}: {', '.join(pickles)}; publish safetensors "

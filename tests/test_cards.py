@@ -25,6 +25,7 @@ import pytest
 import torch
 import yaml
 
+from cards import public as public_module
 from cards import push as push_module
 from cards.data_sources import describe_data
 from cards.folder import CODE_FILES, GENERATED_MARKER
@@ -180,9 +181,12 @@ def test_card_metadata_round_trips_through_huggingface_hub(xpt_dir, tmp_path):
     assert name == "xpt-ko-test"
     assert eval_results_to_model_index(name, results) == raw["model-index"]
     values = {(r.task_type, r.metric_type): r.metric_value for r in results}
-    for key, value in SUMMARY["final_metrics"].items():
-        assert values[("fill-mask", key)] == value
+    for key, value in SUMMARY["final_metrics"].items():  # rounded as reported: 2 places for perplexity/rank
+        assert values[("fill-mask", key)] == round(value, 2 if key in ("perplexity", "mean_rank") else 4)
+    assert values[("fill-mask", "perplexity")] == 11.67 and values[("fill-mask", "hits@1")] == 0.4321
     assert values[("text-classification", "spearman")] == 79.97
+    sts = [r for r in results if r.task_type == "text-classification"][0]
+    assert (sts.dataset_type, sts.dataset_config) == ("kakaobrain/kor_nlu", "sts")  # the task's Hub dataset
     assert all(r.dataset_split == "test" for r in results)
     mask = json.loads((folder / "tokenizer_config.json").read_text())["mask_token"]
     assert mask == "[MASK]" and all(w["text"].count(mask) == 1 for w in raw["widget"]) and len(raw["widget"]) >= 2
@@ -204,7 +208,7 @@ def test_missing_numbers_are_omitted_not_invented(xpt_dir, tmp_path):
     card = build_card(folder)
     meta, body = card.data.to_dict(), card.text
     metrics = meta["model-index"][0]["results"][0]["metrics"]
-    assert [(m["type"], m["value"]) for m in metrics] == [("perplexity", 42.125)]
+    assert [(m["type"], m["value"]) for m in metrics] == [("perplexity", round(42.125, 2))]  # as reported
     assert "42.12" in body or "42.13" in body
     for absent in ("Hits@1", "MRR", "**Training**", "**Hardware", "Downstream", "optimiser steps", "| phase |"):
         assert absent not in body, absent
@@ -253,7 +257,7 @@ def test_card_from_real_tiny_trained_folder_contains_its_numbers(trained_dir):
     meta, text = front_matter(readme), readme.read_text(encoding="utf-8")
     metrics = {m["type"]: m["value"] for m in meta["model-index"][0]["results"][0]["metrics"]}
     for key in ("loss", "perplexity", "hits@1", "hits@3", "hits@5", "hits@10", "mrr", "mean_rank"):
-        assert metrics[key] == summary["final_metrics"][key]
+        assert metrics[key] == round(summary["final_metrics"][key], 2 if key in ("perplexity", "mean_rank") else 4)
         assert fmt_float(summary["final_metrics"][key], 2 if key in ("perplexity", "mean_rank") else 4) in text
     assert meta["model-index"][0]["results"][0]["dataset"]["split"] == summary["final_metrics_split"]
     data = summary["data"]
@@ -262,8 +266,9 @@ def test_card_from_real_tiny_trained_folder_contains_its_numbers(trained_dir):
                      f"wall time {fmt_duration(summary['wall_time_s'])}", f"torch {summary['hardware']['torch']}",
                      *([f"optimiser steps {fmt_duration(summary['train_time_s'])}"] if "train_time_s" in summary else []),
                      f"{summary['tokens_per_s']:,.1f} tokens/s",
-                     f"transformers {summary['hardware']['transformers']}", summary["source_model"]):
+                     f"transformers {summary['hardware']['transformers']}", "English source model**: `local model`"):
         assert expected in text, expected
+    assert summary["source_model"] not in text and summary["tokenizer"] not in text  # no local path but the usage one
     for phase in summary["phases"]:
         assert f"| {phase['name']} | {fmt_int(phase['steps'])} |" in text
         assert fmt_float(phase["valid_loss"]) in text
@@ -454,6 +459,64 @@ def test_push_uploads_the_staged_files_in_one_call(trained_dir, no_token, monkey
     assert result.commit_url.endswith("/commit/0123")
 
 
+def test_nothing_local_leaks_into_the_upload(trained_dir, no_token, monkeypatch):
+    """The tiny run's folder records tmp paths (source, tokenizer, corpus, output and cache folders);
+    none of them, nor the user's home, reaches any uploaded file."""
+    from cards.public import find_local_paths
+
+    monkeypatch.setenv("HF_TOKEN", "hf_test")
+    tmp_root = str(trained_dir.parent)
+    local = json.loads((trained_dir / "training_summary.json").read_text()) | json.loads((trained_dir / "config.json").read_text())
+    assert tmp_root in json.dumps(local, ensure_ascii=False)  # the folder itself does name them
+    push_module.push_to_hub(trained_dir, "org/xpt-ko-tiny", load_check=False, log=lambda *_: None)
+    files = no_token.calls[0]["files"]
+    home = str(Path.home())
+    for name, content in files.items():
+        if name.endswith(".safetensors"):
+            continue
+        text = content.decode("utf-8")
+        assert tmp_root not in text and home not in text and not find_local_paths(text), (name, find_local_paths(text))
+    summary = json.loads(files["training_summary.json"])
+    config = json.loads(files["config.json"])
+    assert summary["data"]["spec"] == "local corpus (1 file)" and summary["data"]["train"] == "local corpus (1 file):train"
+    assert summary["tokenizer"].startswith("local tokenizer") and summary["config"]["output_dir"] == "local folder"
+    assert config["source_name_or_path"] == "local model"
+    assert summary["final_metrics"] == json.loads((trained_dir / "training_summary.json").read_text())["final_metrics"]
+    meta = front_matter_text(files["README.md"].decode())
+    dataset = meta["model-index"][0]["results"][0]["dataset"]
+    assert dataset["type"] == "held-out-text" and dataset["name"] == "Korean held-out text (local corpus (1 file))"
+    assert "local corpus (1 file)" in files["README.md"].decode()
+
+
+def test_push_refuses_a_hand_written_card_that_names_a_local_path(xpt_dir, tmp_path):
+    folder = copy_folder(xpt_dir, tmp_path / "m")
+    readme = folder / "README.md"
+    readme.write_text(readme.read_text(encoding="utf-8").replace(GENERATED_MARKER + "\n", "")
+                      + f"\nTrained from {tmp_path}/data/corpus.\n", encoding="utf-8")
+    with pytest.raises(push_module.PushError, match="not publishable"):
+        push_module.push_to_hub(folder, "org/x", dry_run=True, load_check=False, log=lambda *_: None)
+
+
+def test_card_names_the_hub_dataset_a_prepared_corpus_came_from(xpt_dir, tmp_path):
+    """Provenance comes from the prepared corpus's stats.json, and no path of it reaches the card."""
+    corpus = tmp_path / "kowiki"
+    corpus.mkdir()
+    (corpus / "stats.json").write_text(json.dumps({"inputs": [{"input": "hf:wikimedia/wikipedia:20231101.ko",
+                                                               "documents": 10, "sentences_kept": 90}]}))
+    folder = copy_folder(xpt_dir, tmp_path / "m")
+    (folder / "training_summary.json").write_text(json.dumps(
+        {"method": "xpt", "data": {"spec": str(corpus), "train_sentences": 90},
+         "final_metrics": {"perplexity": 30.123456}, "final_metrics_split": "test"}))
+    card = build_card(folder, repo_id="org/x", license="mit")
+    meta = card.data.to_dict()
+    assert meta["datasets"] == ["wikimedia/wikipedia"]
+    result = meta["model-index"][0]["results"][0]
+    assert result["dataset"]["type"] == "wikimedia/wikipedia" and result["metrics"][0]["value"] == 30.12
+    assert str(tmp_path) not in str(card) and "CC BY-SA 4.0" in card.text
+    assert "wikimedia/wikipedia" in public_module.public_summary(
+        json.loads((folder / "training_summary.json").read_text()))["data"]["datasets"]
+
+
 def test_upload_failure_is_reported_as_nothing_committed(trained_dir, no_token, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_test")
 
@@ -496,7 +559,8 @@ def test_text_classification_widgets_work_with_the_pipeline(classifier_dir):
     assert meta["pipeline_tag"] == "text-classification"
     assert all("[MASK]" not in w["text"] for w in meta["widget"])
     results = meta["model-index"][0]["results"]
-    assert results[0]["metrics"][0]["value"] == 70.875 and results[0]["dataset"]["split"] == "dev"
+    assert results[0]["metrics"][0]["value"] == 70.88 and results[0]["dataset"]["split"] == "dev"  # 70.875 as reported
+    assert results[0]["dataset"]["type"] == "e9t/nsmc"
     pipe = pipeline(meta["pipeline_tag"], model=str(classifier_dir), trust_remote_code=True)
     for widget in meta["widget"]:
         out = pipe(widget["text"], top_k=None)
