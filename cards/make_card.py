@@ -29,7 +29,63 @@ from .folder import (
 )
 from .public import public_ref
 
-DEFAULT_LICENSE = "apache-2.0"
+# Licences of English sources, by Hub id prefix (from each model's Hub page). A model made from one
+# of them carries its licence unless --license says otherwise; any other source must be given one.
+SOURCE_LICENSES = (
+    (("FacebookAI/roberta-", "roberta-", "FacebookAI/xlm-roberta-", "xlm-roberta-", "distilroberta-",
+      "distilbert/distilroberta-"), "mit"),
+    (("google-bert/", "bert-base-", "bert-large-", "google/electra-", "sentence-transformers/all-MiniLM-"), "apache-2.0"),
+    (("klue/roberta-", "klue/bert-"), "cc-by-sa-4.0"),
+)
+UNSPECIFIED_LICENSE = "unspecified"
+TESTED_TRANSFORMERS = ">=5.17"  # the range this package is tested on (pyproject.toml)
+
+
+class LicenseUnknown(ValueError):
+    """No --license was given and the source model's licence is not known."""
+
+
+def source_license(source: str | None) -> str | None:
+    """The licence of an English source given as a Hub id (known prefixes) or as a local folder whose
+    own model card states one."""
+    if not source:
+        return None
+    hub = hub_source_id(source)
+    if hub:
+        for prefixes, licence in SOURCE_LICENSES:
+            if hub.startswith(prefixes):
+                return licence
+    folder = Path(str(source).split(" (")[-1].rstrip(")")) if "(" in str(source) else Path(str(source))
+    card = folder / CARD_FILE
+    if card.is_file():
+        try:
+            from huggingface_hub import ModelCard
+
+            licence = ModelCard.load(card).data.to_dict().get("license")
+            return licence if isinstance(licence, str) else None
+        except Exception:  # an unreadable card states nothing
+            return None
+    return None
+
+
+def resolve_license(info: FolderInfo, explicit: str | None = None, *, required: bool = False,
+                    base_model: str | None = None) -> str | None:
+    """The licence of the weights: `explicit`, else the English source's (a scratch model has no
+    source: it needs `explicit`). None when unknown, or LicenseUnknown when `required`."""
+    if explicit:
+        return explicit
+    method = (info.summary or {}).get("method") or ((info.own_results or {}).get("post_training") or {}).get("method")
+    candidates = [] if method == "scratch" else [base_model, info.config.get("source_name_or_path"), _summary_source(info)]
+    for candidate in candidates:
+        licence = source_license(candidate)
+        if licence:
+            return licence
+    if required:
+        shown = public_ref(_summary_source(info) or info.config.get("source_name_or_path"), "model")
+        raise LicenseUnknown(
+            f"licence of the weights unknown ({'a scratch model has no source licence' if method == 'scratch' else f'source {shown!r} has no recorded licence'}): "
+            "pass --license ID (the source model's licence, compatible with the post-training data's terms)")
+    return None
 
 CITATION = """@article{lee2021xpt,
   title   = {Exploring the Data Efficiency of Cross-Lingual Post-Training in Pretrained Language Models},
@@ -216,7 +272,7 @@ def eval_results(info: FolderInfo, data_name: str):
     return results
 
 
-def build_metadata(info: FolderInfo, tokenizer, *, model_name: str, license: str = DEFAULT_LICENSE,
+def build_metadata(info: FolderInfo, tokenizer, *, model_name: str, license: str | None = None,
                    base_model: str | None = None, datasets: list[str] = (), variant: str = "custom"):
     from huggingface_hub import ModelCardData
 
@@ -232,7 +288,8 @@ def build_metadata(info: FolderInfo, tokenizer, *, model_name: str, license: str
     results = eval_results(info, data_name=f"Korean held-out text ({data_ref})" if data_ref else "Korean held-out text")
     data = ModelCardData(
         language="ko",
-        license=license,
+        license=license or "other",
+        license_name=None if license else UNSPECIFIED_LICENSE,
         library_name="transformers",
         pipeline_tag=info.pipeline_tag,
         tags=tags,
@@ -429,7 +486,7 @@ def _results_section(info: FolderInfo) -> list[str]:
 
 def _usage_section(info: FolderInfo, repo_ref: str, widgets: list[dict], variant: str,
                    revision: str | None = None) -> list[str]:
-    rev = f", revision={revision!r}" if revision and revision != "main" else ""
+    rev = f", revision={revision!r}" if revision else ""
     trust = rev + (", trust_remote_code=True" if variant == "custom" else "")
     example = widgets[0]["text"] if widgets else "대한민국의 수도는 서울이다."
     auto = info.auto_class or "AutoModel"
@@ -448,6 +505,12 @@ def _usage_section(info: FolderInfo, repo_ref: str, widgets: list[dict], variant
               f"print(pipe({example!r}))", "```", ""]
     if info.pipeline_tag == "fill-mask":
         lines += [f"The mask token of this tokenizer is `{info.mask_token}`; put it where a word is missing.", ""]
+    if revision:
+        lines += [f"`revision={revision!r}` pins the files this card was published with; drop it to follow the "
+                  "repository's latest version.", ""]
+    lines += [f"Tested with transformers {TESTED_TRANSFORMERS} (and torch >= 2.4); the tokenizer files name "
+              "`PreTrainedTokenizerFast`, which transformers 4.x loads too, and the remote-code model also loaded "
+              "on transformers 4.57 in a manual check.", ""]
     return lines
 
 
@@ -501,8 +564,10 @@ def _limitations_section(info: FolderInfo, known_data) -> list[str]:
     return lines
 
 
-def _licence_section(license: str, known_data, info: FolderInfo) -> list[str]:
-    lines = ["## Licence", "", f"Model weights and code: `{license}`."]
+def _licence_section(license: str | None, known_data, info: FolderInfo) -> list[str]:
+    lines = ["## Licence", "", f"Model weights and code: `{license}`." if license else
+             "Model weights and code: **not stated** (the English source's licence is not recorded and none was "
+             "given): ask the author before reusing them."]
     if known_data:
         lines += ["", "Post-training data:", "", "| source | content | licence |", "| --- | --- | --- |"]
         lines += [f"| {name} | {desc} | {lic} |" for name, desc, lic in known_data]
@@ -519,17 +584,23 @@ def _licence_section(license: str, known_data, info: FolderInfo) -> list[str]:
     return lines
 
 
-def build_card(model_dir: str | Path, *, repo_id: str | None = None, license: str = DEFAULT_LICENSE,
+def build_card(model_dir: str | Path, *, repo_id: str | None = None, license: str | None = None,
                base_model: str | None = None, datasets: list[str] = (), results: list[str | Path] = (),
                stock_repo_id: str | None = None, custom_repo_id: str | None = None, variant: str | None = None,
-               revision: str | None = None):
+               revision: str | None = None, require_license: bool = False):
     """The ModelCard of a folder (not written). `variant`: "custom" (XPT code) or "stock" (plain
-    BERT/RoBERTa export); detected from config.json when None."""
+    BERT/RoBERTa export); detected from config.json when None. `license`: the weights' licence;
+    without it the English source's known licence, else (`require_license`) LicenseUnknown, or a
+    card that says the licence is not stated. A stock export names its XPT repo
+    (`custom_repo_id`) as `base_model`. `revision` (with `repo_id`) is pinned in the usage code."""
     from huggingface_hub import ModelCard
 
     info = inspect_folder(model_dir, results)
     tokenizer = load_tokenizer(info.path)
     variant = variant or ("stock" if info.is_stock else "custom")
+    if variant == "stock" and custom_repo_id and not base_model:
+        base_model = custom_repo_id.split("@")[0]
+    license = resolve_license(info, license, required=require_license, base_model=base_model)
     model_name = (repo_id or info.path.resolve().name).split("/")[-1]
     data = build_metadata(info, tokenizer, model_name=model_name, license=license, base_model=base_model,
                           datasets=list(datasets), variant=variant)
@@ -576,7 +647,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cards.make_card", description=__doc__.split("\n")[0])
     parser.add_argument("--model-dir", required=True, help="saved XPT (or stock export) folder")
     parser.add_argument("--repo-id", help="Hub repo the card is for (used in the usage code; default: folder path)")
-    parser.add_argument("--license", default=DEFAULT_LICENSE, help=f"licence id of the weights (default {DEFAULT_LICENSE})")
+    parser.add_argument("--license", help="licence id of the weights (default: the English source's licence when "
+                        "known; otherwise required)")
     parser.add_argument("--base-model", help="Hub id of the English source when config.json records a local path")
     parser.add_argument("--dataset", action="append", default=[], help="extra Hub dataset id for `datasets` (repeatable)")
     parser.add_argument("--results", action="append", default=[], help="extra fine-tuning results.json (repeatable)")
@@ -587,7 +659,7 @@ def main(argv=None) -> int:
     try:
         out = write_card(args.model_dir, repo_id=args.repo_id, license=args.license, base_model=args.base_model,
                          datasets=args.dataset, results=args.results, stock_repo_id=args.stock_repo_id,
-                         custom_repo_id=args.custom_repo_id, revision=args.revision)
+                         custom_repo_id=args.custom_repo_id, revision=args.revision, require_license=True)
     except (FileNotFoundError, ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

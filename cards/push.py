@@ -34,6 +34,7 @@ from pathlib import Path
 
 from .public import find_local_paths, public_config, public_summary
 from .folder import CARD_FILE, GENERATED_MARKER, PICKLE_SUFFIXES, RESULTS_FILE, SUMMARY_FILE, inspect_folder, upload_files
+from .make_card import LicenseUnknown
 from .validate import Report, validate_folder
 
 LOAD_CHECK_SCRIPT = Path(__file__).with_name("load_check.py")
@@ -51,6 +52,7 @@ class PushResult:
     report: Report
     load_check: dict | None = None
     commit_url: str | None = None
+    commit: str | None = None
     dry_run: bool = False
     card_text: str = ""
     messages: list[str] = field(default_factory=list)
@@ -62,9 +64,11 @@ class PushResult:
 
 
 def hub_upload(repo_id: str, files: list[tuple[str, Path]], *, token: str, private: bool = False,
-               revision: str | None = None, commit_message: str, card_text: str) -> str:
+               revision: str | None = None, commit_message: str, card_text: str, pin_card=None) -> str:
     """Validate the card with the Hub, create the repo (and branch), upload `files` in one commit.
-    Returns the commit URL. Everything networked in this module happens here (tests replace it)."""
+    Then, when `pin_card(commit_id)` gives a different card (its usage code pinned to that commit),
+    a second commit updates README.md only. Returns the URL of the commit holding the files.
+    Everything networked in this module happens here (tests replace it)."""
     from huggingface_hub import CommitOperationAdd, HfApi, ModelCard
 
     ModelCard(card_text).validate()  # the Hub's own metadata validation (POST /api/validate-yaml)
@@ -75,7 +79,27 @@ def hub_upload(repo_id: str, files: list[tuple[str, Path]], *, token: str, priva
     operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(path)) for name, path in files]
     info = api.create_commit(repo_id, operations=operations, commit_message=commit_message, revision=revision,
                              repo_type="model")
+    pinned = pin_card(info.oid) if pin_card else None
+    if pinned and pinned != card_text:
+        api.create_commit(repo_id, operations=[CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=pinned.encode())],
+                          commit_message=f"Pin the card's usage code to {info.oid[:12]}", revision=revision,
+                          parent_commit=info.oid, repo_type="model")
     return info.commit_url
+
+
+def pin_revision(card_text: str, branch: str, commit: str) -> str:
+    """A generated card whose usage code says ``revision='<branch>'``, pinned to `commit` instead
+    (a hand-written card is returned unchanged)."""
+    if GENERATED_MARKER not in card_text:
+        return card_text
+    return card_text.replace(f"revision={branch!r}", f"revision={commit!r}")
+
+
+def commit_id(commit_url: str | None) -> str | None:
+    """The commit id at the end of a Hub commit URL (``.../commit/<id>``)."""
+    if not commit_url or "/commit/" not in commit_url:
+        return None
+    return commit_url.rstrip("/").rsplit("/commit/", 1)[1] or None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -229,13 +253,16 @@ def push_to_hub(model_dir: str | Path, repo_id: str, *, private: bool = False, r
         raise PushError(f"{model_dir} is not a folder (nothing uploaded)")
     if "/" not in repo_id or repo_id.count("/") != 1 or not all(repo_id.split("/")):
         raise PushError(f"repo id {repo_id!r} must look like ORG/NAME (nothing uploaded)")
+    branch = revision or "main"
     with tempfile.TemporaryDirectory(prefix="xpt-push-") as tmp:
         stage = Path(tmp) / "stage"
         try:
             notes = stage_folder(model_dir, stage, fmt=fmt, repo_id=repo_id, regenerate_card=regenerate_card,
-                                 card_kwargs=card_kwargs, revision=revision)
+                                 card_kwargs=card_kwargs, revision=branch)
         except PushError:
             raise
+        except LicenseUnknown as error:
+            raise PushError(f"{error} (nothing uploaded)") from error
         except Exception as error:
             raise PushError(f"cannot prepare the upload: {type(error).__name__}: {error} (nothing uploaded)") from error
         for note in notes:
@@ -252,8 +279,9 @@ def push_to_hub(model_dir: str | Path, repo_id: str, *, private: bool = False, r
         log(report.format())
         if not report.ok:
             raise PushError(f"{model_dir} is not publishable ({len(report.errors)} problem(s) above); nothing uploaded")
-        log(f"{'would upload' if dry_run else 'uploading'} {len(files)} files to {repo_id}"
-            + (f"@{revision}" if revision else "") + (" (private)" if private else "") + f" [{fmt}]:")
+        log(f"{'would upload' if dry_run else 'uploading'} {len(files)} files to {repo_id}@{branch}"
+            + (" (private)" if private else "") + f" [{fmt}] in one commit; the card's usage code says "
+            f"revision={branch!r} and is then pinned to that commit's id (a second commit changes README.md only)")
         for name, size in files:
             log(f"  {name:32s} {size:>14,d} bytes")
         if load_check:
@@ -287,11 +315,17 @@ def push_to_hub(model_dir: str | Path, repo_id: str, *, private: bool = False, r
         try:
             result.commit_url = hub_upload(repo_id, [(f.name, f) for f in sorted(stage.iterdir()) if f.is_file()],
                                            token=token, private=private, revision=revision,
-                                           commit_message=message, card_text=card_text)
+                                           commit_message=message, card_text=card_text,
+                                           pin_card=lambda commit: pin_revision(card_text, branch, commit))
         except Exception as error:
             raise PushError(f"upload to {repo_id} failed: {type(error).__name__}: {error}. The files go in a single "
                             "commit, so none of them was committed") from error
+        result.commit = commit_id(result.commit_url)
         log(f"published: {result.commit_url}")
+        if result.commit:
+            log(f"reproducible use: from_pretrained({repo_id!r}, revision={result.commit!r}"
+                + (", trust_remote_code=True)" if fmt == "custom" else ")")
+                + f"; Space: python -m cards.space {model_dir} --repo-id {repo_id} --revision {result.commit} --out DIR")
         return result
 
 
@@ -308,7 +342,8 @@ def main(argv=None) -> int:
     parser.add_argument("--token", help="Hub token (default: HF_TOKEN or the `hf auth login` token)")
     parser.add_argument("--keep-card", action="store_true", help="never regenerate README.md, upload it as it is")
     parser.add_argument("--skip-load-check", action="store_true", help="skip the fresh-process load check (real push only)")
-    parser.add_argument("--license", help="licence of the weights for a regenerated card")
+    parser.add_argument("--license", help="licence of the weights for a regenerated card (default: the English "
+                        "source's licence when known; otherwise required)")
     parser.add_argument("--base-model", help="Hub id of the English source for a regenerated card")
     parser.add_argument("--results", action="append", default=[], help="extra results.json for a regenerated card")
     parser.add_argument("--stock-repo-id", help="where the stock export lives (custom card mentions it)")
@@ -316,6 +351,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     card_kwargs = {k: v for k, v in dict(license=args.license, base_model=args.base_model, results=args.results,
                                          stock_repo_id=args.stock_repo_id, custom_repo_id=args.custom_repo_id).items() if v}
+    card_kwargs["require_license"] = True
     if args.format == "stock" and "custom_repo_id" not in card_kwargs and args.revision:
         card_kwargs["custom_repo_id"] = args.repo_id  # same repo, another revision
     try:

