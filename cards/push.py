@@ -170,13 +170,24 @@ def stage_folder(model_dir: Path, stage: Path, *, fmt: str, repo_id: str, regene
         notes.append(f"README.md generated for {repo_id}")
     # The uploaded config and summary name Hub ids or plain descriptions, never local paths
     # (written as new files: the stage holds hard links to the model folder).
-    for name, clean in (("config.json", public_config), (SUMMARY_FILE, public_summary), (RESULTS_FILE, public_summary)):
+    for name, clean in (("config.json", public_config), (SUMMARY_FILE, public_summary), (RESULTS_FILE, public_summary),
+                        ("tokenizer_config.json", portable_tokenizer_config)):
         file = stage / name
         if file.is_file():
             data = json.loads(file.read_text(encoding="utf-8"))
             file.unlink()
             file.write_text(json.dumps(clean(data), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return notes
+
+
+def portable_tokenizer_config(config: dict) -> dict:
+    """tokenizer_config.json as uploaded: ``PreTrainedTokenizerFast`` where transformers 5 wrote
+    ``TokenizersBackend`` (transformers 4.x loads it), without load-time keys."""
+    from modeling_xpt.tokenizer_files import BACKEND_CLASSES, LOAD_TIME_KEYS, TOKENIZER_CLASS
+
+    if config.get("tokenizer_class") not in BACKEND_CLASSES:
+        return config
+    return {**{k: v for k, v in config.items() if k not in LOAD_TIME_KEYS}, "tokenizer_class": TOKENIZER_CLASS}
 
 
 TEXT_SUFFIXES = (".json", ".md", ".py", ".txt", ".jinja", ".model")

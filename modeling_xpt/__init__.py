@@ -26,6 +26,7 @@ from .modeling_xpt import (
     XPTModel,
     XPTPreTrainedModel,
 )
+from .tokenizer_files import save_tokenizer
 
 _AUTO_CLASSES = {
     AutoModel: XPTModel,
@@ -53,4 +54,5 @@ __all__ = [
     "XPTForTokenClassification",
     "XPTModel",
     "XPTPreTrainedModel",
+    "save_tokenizer",
 ]

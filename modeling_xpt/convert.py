@@ -17,6 +17,7 @@ from transformers import AutoTokenizer
 
 from . import XPTForMaskedLM
 from ._cli import run
+from .tokenizer_files import save_tokenizer
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -52,7 +53,7 @@ def main(argv=None) -> int:
         scratch=args.scratch,
     )
     model.save_pretrained(args.out)
-    tokenizer.save_pretrained(args.out)
+    save_tokenizer(tokenizer, args.out)  # names PreTrainedTokenizerFast: transformers 4.x loads it too
     report = dict(model.conversion_report, out=args.out, layers=model.config.num_total_layers,
                   parameters=sum(p.numel() for p in model.parameters()))
     print(json.dumps(report, indent=2))

@@ -15,6 +15,7 @@ from transformers import AutoTokenizer
 
 from . import XPTForMaskedLM
 from ._cli import run
+from .tokenizer_files import save_tokenizer
 
 
 def main(argv=None) -> int:
@@ -28,7 +29,7 @@ def main(argv=None) -> int:
     stock = model.to_stock()
     tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
     stock.save_pretrained(args.out)
-    tokenizer.save_pretrained(args.out)
+    save_tokenizer(tokenizer, args.out)  # names PreTrainedTokenizerFast: transformers 4.x loads it too
 
     ids = torch.arange(min(32, model.config.vocab_size))[None]
     sample = tokenizer(tokenizer.decode(ids[0], skip_special_tokens=True) or "a", return_tensors="pt")

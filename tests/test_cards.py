@@ -495,6 +495,16 @@ def test_nothing_local_leaks_into_the_upload(trained_dir, no_token, monkeypatch)
     assert "local corpus (1 file)" in files["README.md"].decode()
 
 
+def test_uploaded_tokenizer_names_a_class_transformers_4_loads(xpt_dir, no_token, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_test")
+    local = json.loads((xpt_dir / "tokenizer_config.json").read_text())
+    assert local["tokenizer_class"] == "TokenizersBackend"  # as transformers 5 saved it
+    push_module.push_to_hub(xpt_dir, "org/x", load_check=False, license="mit", log=lambda *_: None)
+    uploaded = json.loads(no_token.calls[0]["files"]["tokenizer_config.json"])
+    assert uploaded == {**local, "tokenizer_class": "PreTrainedTokenizerFast"}
+    assert "transformers >=5.17" in no_token.calls[0]["files"]["README.md"].decode()  # the tested range
+
+
 def test_push_refuses_a_hand_written_card_that_names_a_local_path(xpt_dir, tmp_path):
     folder = copy_folder(xpt_dir, tmp_path / "m")
     readme = folder / "README.md"

@@ -367,6 +367,16 @@ def test_cli_convert_then_export_stock(source, tok, tmp_path):
     assert export.returncode == 0, export.stderr[-2000:]
     config = json.loads((tmp_path / "stock" / "config.json").read_text())
     assert config["model_type"] in ("bert", "roberta") and "auto_map" not in config
+    # every folder written names PreTrainedTokenizerFast (transformers 4.x cannot load TokenizersBackend)
+    assert json.loads((tmp_path / "src" / "tokenizer_config.json").read_text())["tokenizer_class"] == "TokenizersBackend"
+    from transformers import PreTrainedTokenizerFast
+
+    for folder in ("xpt", "stock"):
+        tok_config = json.loads((tmp_path / folder / "tokenizer_config.json").read_text())
+        assert tok_config["tokenizer_class"] == "PreTrainedTokenizerFast", folder
+        assert not {"is_local", "local_files_only"} & set(tok_config), folder
+        again = PreTrainedTokenizerFast.from_pretrained(tmp_path / folder)
+        assert again(TEXTS)["input_ids"] == tok(TEXTS)["input_ids"] and again.mask_token == tok.mask_token
 
 
 # ---------------------------------------------------------------- bad input
