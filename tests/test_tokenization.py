@@ -314,7 +314,8 @@ def test_stats_on_fixture(tmp_path):
     assert sorted(_all_sentences(out)) == sorted(kept)
     assert stats["documents"] == 6  # the invalid line is skipped before it becomes a document
     assert stats["lines_dropped"] == dict(empty=1, heading=1, markup=0, title=0, invalid_utf8=1)
-    assert stats["sentences_dropped"] == dict(too_short=1, too_long=0, no_hangul=1, duplicate=1)
+    assert stats["sentences_dropped"] == dict(too_short=1, too_long=0, wrong_script=1, duplicate=1)
+    assert stats["language"] == "ko" and stats["settings"]["script"] == "hangul"
     assert stats["sentences"] == 3
     assert stats["words"] == sum(len(s.split()) for s in kept)
     assert stats["characters"] == sum(len(s) for s in kept)
@@ -323,6 +324,45 @@ def test_stats_on_fixture(tmp_path):
     assert stats["invalid_utf8"]["lines"] == 1 and str(f) in stats["invalid_utf8"]["files"]
     assert json.loads((out / "stats.json").read_text()) == stats
     assert (out / COMPLETE_MARKER).exists()
+
+
+RUSSIAN_WORDS = ("дом река город солнце книга утро вечер школа друг окно дорога лес море ветер небо "
+                 "улица поле сад мост поезд").split()
+
+
+def russian_lines(n: int, seed: int = 0) -> list[str]:
+    """`n` distinct Russian sentences built from a small word list (no external data)."""
+    import random
+
+    rnd = random.Random(seed)
+    lines = set()
+    while len(lines) < n:
+        words = rnd.sample(RUSSIAN_WORDS, rnd.randint(4, 8))
+        lines.add(" ".join(words).capitalize() + ".")
+    return sorted(lines)
+
+
+def test_language_chooses_the_script_filter_and_is_recorded(tmp_path):
+    ru = russian_lines(300)
+    ko = ["대한민국의 수도는 서울이다.", "나는 아침마다 공원에서 산책을 한다."]
+    f = tmp_path / "mixed.txt"
+    f.write_text("\n".join(ru + ko + ["This line is English only."]) + "\n", encoding="utf-8")
+    stats = pc.prepare([str(f)], tmp_path / "ru", valid=20, test=20, language="ru", progress=False)
+    assert sorted(_all_sentences(tmp_path / "ru")) == sorted(ru)  # Cyrillic kept, Hangul and Latin dropped
+    assert stats["sentences_dropped"]["wrong_script"] == 3
+    assert stats["language"] == "ru" and stats["settings"]["script"] == "cyrillic"
+    assert json.loads((tmp_path / "ru" / "stats.json").read_text())["language"] == "ru"
+    # Korean stays the default; "none" keeps every script and records no language
+    assert sorted(_all_sentences(tmp_path / "ru")) != sorted(ko)
+    pc.prepare([str(f)], tmp_path / "ko", valid=0, test=0, progress=False)
+    assert sorted(_all_sentences(tmp_path / "ko")) == sorted(ko)
+    stats = pc.prepare([str(f)], tmp_path / "all", valid=0, test=0, language="none", progress=False)
+    assert stats["sentences"] == len(ru) + len(ko) + 1 and stats["language"] is None
+    # a language without a known script is one clear line naming the fix
+    with pytest.raises(InputError, match="no script filter is known for language 'xx'.*--script"):
+        pc.prepare([str(f)], tmp_path / "xx", language="xx", progress=False)
+    stats = pc.prepare([str(f)], tmp_path / "xx", valid=0, test=0, language="xx", script="cyrillic", progress=False)
+    assert stats["language"] == "xx" and stats["sentences"] == len(ru)
 
 
 def _many_sentences(n):

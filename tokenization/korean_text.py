@@ -53,6 +53,53 @@ _NAMESPACE = re.compile(r"^\s*(분류|파일|File|Category|그림|Image|틀|Temp
 _LIST = re.compile(r"^\s*[*#:;]+\s*")
 _HANGUL = re.compile(r"[\uac00-\ud7a3]")
 
+# Script filters of the corpus preparation, by name: a kept sentence has at least one character of
+# its language's script. Korean (Hangul syllables) is the default and the tested case.
+SCRIPTS = {
+    "hangul": r"[\uac00-\ud7a3]",
+    "kana-han": r"[\u3040-\u30ff\u4e00-\u9fff]",
+    "han": r"[\u3400-\u4dbf\u4e00-\u9fff]",
+    "thai": r"[\u0e00-\u0e7f]",
+    "cyrillic": r"[\u0400-\u04ff]",
+    "devanagari": r"[\u0900-\u097f]",
+    "arabic": r"[\u0600-\u06ff\u0750-\u077f]",
+    "hebrew": r"[\u0590-\u05ff]",
+    "greek": r"[\u0370-\u03ff]",
+    "bengali": r"[\u0980-\u09ff]",
+    "tamil": r"[\u0b80-\u0bff]",
+    "georgian": r"[\u10a0-\u10ff]",
+    "armenian": r"[\u0530-\u058f]",
+    "latin": r"[A-Za-z\u00c0-\u024f]",
+}
+# ISO 639-1 language code -> script name (languages not listed: choose --script yourself).
+LANGUAGE_SCRIPTS = {
+    "ko": "hangul", "ja": "kana-han", "zh": "han", "th": "thai",
+    **dict.fromkeys(("ru", "uk", "be", "bg", "sr", "mk", "kk", "ky", "mn", "tg"), "cyrillic"),
+    **dict.fromkeys(("hi", "mr", "ne", "sa"), "devanagari"),
+    **dict.fromkeys(("ar", "fa", "ur", "ps"), "arabic"),
+    "he": "hebrew", "el": "greek", "bn": "bengali", "ta": "tamil", "ka": "georgian", "hy": "armenian",
+    **dict.fromkeys(("de", "fr", "es", "it", "pt", "nl", "pl", "cs", "sv", "da", "fi", "tr", "vi", "id", "ms", "ro",
+                     "hu", "sw", "tl", "en"), "latin"),
+}
+
+
+def script_filter(language: str | None, script: str | None = "auto"):
+    """(script name or None, compiled pattern or None) for `language` and `script` ("auto": the
+    language's script from LANGUAGE_SCRIPTS; "none" or language "none": no filter). Unknown
+    names are a ValueError saying what to pass."""
+    if script in (None, "none") or language in (None, "none"):
+        if script not in (None, "none", "auto"):
+            return script_filter("x", script)
+        return None, None
+    if script == "auto":
+        script = LANGUAGE_SCRIPTS.get(language)
+        if script is None:
+            raise ValueError(f"no script filter is known for language {language!r}: pass --script with one of "
+                             f"{', '.join(SCRIPTS)}, or --script none")
+    if script not in SCRIPTS:
+        raise ValueError(f"unknown script {script!r}: choose one of {', '.join(SCRIPTS)} or none")
+    return script, re.compile(SCRIPTS[script])
+
 
 def clean_paragraph(line: str) -> tuple[str, str | None]:
     """Clean one paragraph (a line of text). Returns ``(text, None)`` or ``("", reason)``.

@@ -1,4 +1,4 @@
-"""Prepare a sentence-level Korean corpus with train/valid/test splits (the paper's data format).
+"""Prepare a sentence-level corpus (Korean by default) with train/valid/test splits (the paper's data format).
 
     python -m tokenization.prepare_corpus --input PATH [--input PATH ...] --out DIR [--valid N] [--test N]
 
@@ -15,7 +15,8 @@ Local inputs need no network.
 
 Pipeline, streamed document by document: paragraph cleaning (markup remnants, NFC, empty lines;
 :mod:`tokenization.korean_text`) -> sentence splitting (rule-based, measured against kss; see
-that module) -> sentence filters (``--min-chars``, ``--max-chars``, at least one Hangul syllable)
+that module) -> sentence filters (``--min-chars``, ``--max-chars``, at least one character of the ``--language``'s
+script: Hangul for the default ``ko``; ``--script`` chooses another or none)
 -> exact de-duplication -> deterministic split -> JSON-lines shards.
 
 De-duplication is exact on the sentence text through a 64-bit BLAKE2b digest: a sorted numpy
@@ -64,7 +65,7 @@ import numpy as np
 
 from .corpus_io import COMPLETE_MARKER, SPLITS, Utf8Counter, base_suffix, iter_file_texts, iter_lines
 from .errors import InputError, run_cli
-from .korean_text import _HANGUL, clean_paragraph, split_sentences
+from .korean_text import LANGUAGE_SCRIPTS, SCRIPTS, clean_paragraph, script_filter, split_sentences
 
 BUILD_DIR = ".building"
 
@@ -260,7 +261,7 @@ class Stats:
     paragraphs: int = 0
     sentences_split: int = 0
     lines_dropped: dict = field(default_factory=lambda: dict(empty=0, heading=0, markup=0, title=0, invalid_utf8=0))
-    sentences_dropped: dict = field(default_factory=lambda: dict(too_short=0, too_long=0, no_hangul=0, duplicate=0))
+    sentences_dropped: dict = field(default_factory=lambda: dict(too_short=0, too_long=0, wrong_script=0, duplicate=0))
 
 
 def _fsync_write(path: Path, text: str) -> None:
@@ -275,8 +276,20 @@ def _fsync_write(path: Path, text: str) -> None:
 def prepare(inputs: Sequence[str], out: str | Path, valid: float | int = 0.02, test: float | int = 0.02,
             seed: int = 0, min_chars: int = 10, max_chars: int = 2000, require_hangul: bool = True,
             shard_size: int = 500_000, text_field: str = "text", max_docs: int = 0,
-            progress: bool = True) -> dict:
-    """Run the whole pipeline; returns the stats written to ``out/stats.json``."""
+            progress: bool = True, language: str | None = "ko", script: str | None = "auto") -> dict:
+    """Run the whole pipeline; returns the stats written to ``out/stats.json``.
+
+    `language`: ISO 639 code of the target language, recorded in stats.json (``none``: not
+    recorded). `script`: the filter keeping sentences with at least one character of a script
+    (``auto``: the language's, see ``korean_text.LANGUAGE_SCRIPTS``; ``none``: no filter).
+    ``require_hangul=False`` is the older spelling of ``script="none"``."""
+    if not require_hangul:
+        script = "none"
+    language = None if language in (None, "", "none") else language
+    try:
+        script_name, script_re = script_filter(language or "none", script)
+    except ValueError as error:
+        raise InputError(f"--language {language or 'none'} --script {script}: {error}") from error
     if isinstance(valid, float) != isinstance(test, float) and valid and test:
         raise InputError("--valid and --test must both be counts or both fractions")
     frac_mode = isinstance(valid, float) or isinstance(test, float)
@@ -347,8 +360,8 @@ def prepare(inputs: Sequence[str], out: str | Path, valid: float | int = 0.02, t
                     if len(s) > max_chars:
                         st.sentences_dropped["too_long"] += 1
                         continue
-                    if require_hangul and not _HANGUL.search(s):
-                        st.sentences_dropped["no_hangul"] += 1
+                    if script_re is not None and not script_re.search(s):
+                        st.sentences_dropped["wrong_script"] += 1
                         continue
                     digest, key = sentence_hashes(s, seed)
                     if not seen.add(digest):
@@ -396,7 +409,7 @@ def prepare(inputs: Sequence[str], out: str | Path, valid: float | int = 0.02, t
         drops = ", ".join(f"{k} {v:,}" for k, v in {**st.lines_dropped, **st.sentences_dropped}.items() if v)
         raise InputError(f"{', '.join(inputs)}: no sentence left after cleaning ({st.documents:,} documents read; "
                          f"dropped: {drops or 'nothing to read'}); check the input format, or lower --min-chars "
-                         f"/ pass --keep-non-hangul")
+                         f"/ choose another --language or --script none")
     if split_stats["train"]["sentences"] == 0:
         shutil.rmtree(build, ignore_errors=True)
         raise InputError(f"{', '.join(inputs)}: only {kept_unique:,} unique sentences, all taken by --valid {valid} "
@@ -411,13 +424,14 @@ def prepare(inputs: Sequence[str], out: str | Path, valid: float | int = 0.02, t
     total = {k: sum(split_stats[s][k] for s in SPLITS) for k in ("sentences", "words", "characters", "bytes")}
     stats = dict(
         inputs=per_input,
+        language=language,
         documents=st.documents, paragraphs=st.paragraphs, sentences_after_split=st.sentences_split,
         **total,
         splits=split_stats,
         lines_dropped=st.lines_dropped, sentences_dropped=st.sentences_dropped,
         invalid_utf8=dict(lines=bad.lines, bytes=bad.bytes, files=bad.per_file),
         settings=dict(valid=valid, test=test, seed=seed, min_chars=min_chars, max_chars=max_chars,
-                      require_hangul=require_hangul, shard_size=shard_size, text_field=text_field,
+                      language=language, script=script_name, shard_size=shard_size, text_field=text_field,
                       max_docs=max_docs, sentence_splitter="tokenization.korean_text (rule-based)"),
         dedup_index_bytes=seen.nbytes + 8 * len(seen.pending),
         seconds=round(elapsed, 2),
@@ -441,7 +455,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed of the split hash (default 0)")
     p.add_argument("--min-chars", type=int, default=10, help="drop sentences shorter than this (default 10)")
     p.add_argument("--max-chars", type=int, default=2000, help="drop sentences longer than this (default 2000)")
-    p.add_argument("--keep-non-hangul", action="store_true", help="keep sentences without any Hangul syllable")
+    p.add_argument("--language", default="ko",
+                   help="ISO 639 code of the target language, recorded in stats.json for the model card (default ko; "
+                        "none: not recorded, no script filter)")
+    p.add_argument("--script", default="auto", choices=("auto", "none", *SCRIPTS),
+                   help="keep only sentences with a character of this script (default auto: the language's, "
+                        f"known for {', '.join(sorted(LANGUAGE_SCRIPTS))}; none: no filter)")
+    p.add_argument("--keep-non-hangul", action="store_true", help="same as --script none")
     p.add_argument("--shard-size", type=int, default=500_000, help="sentences per shard (default 500000)")
     p.add_argument("--text-field", default="text", help="text field of .jsonl inputs and hf: datasets (default text)")
     p.add_argument("--max-docs", type=int, default=0, help="stop after N documents (0 = all)")
@@ -449,6 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = p.parse_args(argv)
     stats = prepare(a.input, a.out, valid=parse_split_size(a.valid, "valid"), test=parse_split_size(a.test, "test"),
                     seed=a.seed, min_chars=a.min_chars, max_chars=a.max_chars, require_hangul=not a.keep_non_hangul,
+                    language=a.language, script=a.script,
                     shard_size=a.shard_size, text_field=a.text_field, max_docs=a.max_docs, progress=not a.no_progress)
     sp = stats["splits"]
     print(f"{stats['documents']:,} documents -> {stats['sentences']:,} sentences "
