@@ -118,6 +118,18 @@ MASK_CANDIDATES = [
     ("학생들이 운동장에서 축구를 하고 있다.", "축구"),
     ("봄이 오면 꽃이 피고 새가 운다.", "꽃"),
 ]
+# ISO 639-1 code -> English name, for the card's words (other codes are shown as they are).
+LANGUAGE_NAMES = {
+    "ko": "Korean", "ja": "Japanese", "zh": "Chinese", "th": "Thai", "ru": "Russian", "uk": "Ukrainian",
+    "hi": "Hindi", "ar": "Arabic", "fa": "Persian", "he": "Hebrew", "el": "Greek", "bn": "Bengali", "ta": "Tamil",
+    "ka": "Georgian", "hy": "Armenian", "de": "German", "fr": "French", "es": "Spanish", "it": "Italian",
+    "pt": "Portuguese", "nl": "Dutch", "pl": "Polish", "tr": "Turkish", "vi": "Vietnamese", "id": "Indonesian",
+    "sw": "Swahili", "kk": "Kazakh", "mn": "Mongolian", "ur": "Urdu", "mr": "Marathi", "ne": "Nepali",
+}
+DEFAULT_LANGUAGE = "ko"
+# Phrases about the paper's own (Korean) experiments: they stay as they are in any language's card.
+PAPER_PHRASES = ("4M Korean Wikipedia sentences", "beats Korean models")
+
 CLASSIFICATION_EXAMPLES = [
     "이 영화는 정말 재미있었다.",
     "배우들의 연기가 어색해서 너무 지루했다.",
@@ -170,30 +182,114 @@ def _num(value) -> bool:
 # ----------------------------------------------------------------------------------------------
 
 
-def fill_mask_widgets(tokenizer, count: int = 3) -> list[dict]:
-    """Korean widget sentences with one word replaced by `tokenizer.mask_token`. Sentences whose
-    masked word is a single token of this tokenizer come first (the model can predict them exactly)."""
+def language_name(code: str | None) -> str:
+    return LANGUAGE_NAMES.get(code or DEFAULT_LANGUAGE, code or "")
+
+
+def _mask_candidates(texts: list[str], tokenizer) -> list[tuple[str, str]]:
+    """(sentence, word to mask) for given sentences: the longest whitespace word that is one token
+    of this tokenizer (else the longest word). A sentence that already holds the mask token is kept as it is."""
+    out = []
+    for text in texts:
+        text = text.strip()
+        if tokenizer.mask_token in text:
+            out.append((text, ""))
+            continue
+        words = [w.strip(".,!?;:\"'()«»「」。、") for w in text.split()]
+        words = [w for w in words if w]
+        if not words:
+            continue
+        single = [w for w in words if len(tokenizer.tokenize(w)) == 1 and tokenizer.unk_token not in tokenizer.tokenize(w)]
+        out.append((text, max(single or words, key=len)))
+    return out
+
+
+def held_out_sentences(spec: str | None, count: int = 20) -> list[str]:
+    """The first sentences of a prepared corpus's test split (else valid), for widget examples."""
+    if not spec:
+        return []
+    import json
+
+    for split in ("test", "valid"):
+        folder = Path(spec) / split
+        if not folder.is_dir():
+            continue
+        sentences = []
+        for shard in sorted(folder.glob("*.jsonl")):
+            with open(shard, encoding="utf-8") as handle:
+                for line in handle:
+                    text = json.loads(line).get("text", "")
+                    if 3 <= len(text.split()) <= 30:
+                        sentences.append(text)
+                    if len(sentences) >= count:
+                        return sentences
+        if sentences:
+            return sentences
+    return []
+
+
+def fill_mask_widgets(tokenizer, count: int = 3, texts: list[str] | None = None) -> list[dict]:
+    """Widget sentences with one word replaced by `tokenizer.mask_token`: from `texts` (given by
+    the user, or held-out sentences of the corpus), else the hand-written Korean ones. Sentences
+    whose masked word is a single token of this tokenizer come first (the model can predict them exactly)."""
     mask = tokenizer.mask_token
     if not mask:
         raise ValueError("the tokenizer has no mask token: a fill-mask widget is impossible")
+    candidates = _mask_candidates(texts, tokenizer) if texts else MASK_CANDIDATES
     scored = []
-    for index, (sentence, word) in enumerate(MASK_CANDIDATES):
+    for index, (sentence, word) in enumerate(candidates):
+        if not word:  # the user's own masked sentence
+            scored.append((-1, index, sentence, mask))
+            continue
         single = len(tokenizer.tokenize(word)) == 1 and tokenizer.unk_token not in tokenizer.tokenize(word)
         scored.append((0 if single else 1, index, sentence.replace(word, mask, 1), word))
     scored.sort()
-    return [{"text": text, "example_title": f"{word} ({mask})"} for _, _, text, word in scored[:count]]
+    return [{"text": text, "example_title": f"{word} ({mask})" if word != mask else f"example {rank + 1}"}
+            for rank, (_, _, text, word) in enumerate(scored[:count])]
 
 
-def classification_widgets() -> list[dict]:
+def classification_widgets(texts: list[str] | None = None) -> list[dict]:
+    if texts:
+        return [{"text": text, "example_title": f"example {i + 1}"} for i, text in enumerate(texts[:3])]
     return [{"text": text, "example_title": f"예시 {i + 1}"} for i, text in enumerate(CLASSIFICATION_EXAMPLES)]
 
 
-def widgets_for(info: FolderInfo, tokenizer) -> list[dict]:
+def widgets_for(info: FolderInfo, tokenizer, language: str = DEFAULT_LANGUAGE, texts: list[str] | None = None) -> list[dict]:
+    """Widget examples: `texts` (given by the user), else for a language other than Korean the
+    held-out sentences of the post-training corpus, else the hand-written Korean sentences."""
+    if not texts and language != DEFAULT_LANGUAGE:
+        texts = held_out_sentences(_locate_spec(_data_spec(info)))
+        if not texts:
+            raise ValueError(f"no {language_name(language)} widget examples: the post-training corpus has no held-out "
+                             "split here; pass --widget TEXT (repeatable)")
     if info.pipeline_tag == "fill-mask":
-        return fill_mask_widgets(tokenizer)
+        return fill_mask_widgets(tokenizer, texts=texts)
     if info.pipeline_tag == "text-classification":
-        return classification_widgets()
+        return classification_widgets(texts)
     return []
+
+
+def resolve_language(info: FolderInfo, explicit: str | None = None) -> str:
+    """The target language: `explicit`, else the one recorded by the corpus preparation
+    (stats.json of the post-training data), else Korean."""
+    if explicit:
+        return explicit
+    from .public import corpus_stats
+
+    stats = corpus_stats(_locate_spec(_data_spec(info))) or {}
+    return stats.get("language") or DEFAULT_LANGUAGE
+
+
+def localise(text: str, language: str) -> str:
+    """The card's words for `language` (written for Korean; the paper's own figures stay)."""
+    if language == DEFAULT_LANGUAGE:
+        return text
+    for index, phrase in enumerate(PAPER_PHRASES):
+        text = text.replace(phrase, f"\0{index}\0")
+    text = text.replace("Korean", language_name(language))
+    for index, phrase in enumerate(PAPER_PHRASES):
+        text = text.replace(f"\0{index}\0", phrase)
+    return text
 
 
 # ----------------------------------------------------------------------------------------------
@@ -273,21 +369,23 @@ def eval_results(info: FolderInfo, data_name: str):
 
 
 def build_metadata(info: FolderInfo, tokenizer, *, model_name: str, license: str | None = None,
-                   base_model: str | None = None, datasets: list[str] = (), variant: str = "custom"):
+                   base_model: str | None = None, datasets: list[str] = (), variant: str = "custom",
+                   language: str = DEFAULT_LANGUAGE, widget_texts: list[str] | None = None):
     from huggingface_hub import ModelCardData
 
     spec = _data_spec(info)
     hub_datasets, _ = describe_data(_locate_spec(spec))
     all_datasets = list(dict.fromkeys([*hub_datasets, *datasets]))
     family = info.config.get("source_model_type") or info.config.get("model_type")
-    tags = ["xpt", "cross-lingual-post-training", "korean", "encoder", info.pipeline_tag]
+    tags = ["xpt", "cross-lingual-post-training", language_name(language).lower(), "encoder", info.pipeline_tag]
     if family in ("bert", "roberta"):
         tags.append(family)
     tags.append("custom_code" if variant == "custom" else "stock-export")
     data_ref = public_ref(_locate_spec(spec), "corpus") if spec else None
-    results = eval_results(info, data_name=f"Korean held-out text ({data_ref})" if data_ref else "Korean held-out text")
+    held_out = f"{language_name(language)} held-out text"
+    results = eval_results(info, data_name=f"{held_out} ({data_ref})" if data_ref else held_out)
     data = ModelCardData(
-        language="ko",
+        language=language,
         license=license or "other",
         license_name=None if license else UNSPECIFIED_LICENSE,
         library_name="transformers",
@@ -297,7 +395,7 @@ def build_metadata(info: FolderInfo, tokenizer, *, model_name: str, license: str
         datasets=all_datasets or None,
         model_name=model_name if results else None,
         eval_results=results or None,
-        widget=widgets_for(info, tokenizer) or None,
+        widget=widgets_for(info, tokenizer, language, widget_texts) or None,
     )
     return data
 
@@ -587,7 +685,8 @@ def _licence_section(license: str | None, known_data, info: FolderInfo) -> list[
 def build_card(model_dir: str | Path, *, repo_id: str | None = None, license: str | None = None,
                base_model: str | None = None, datasets: list[str] = (), results: list[str | Path] = (),
                stock_repo_id: str | None = None, custom_repo_id: str | None = None, variant: str | None = None,
-               revision: str | None = None, require_license: bool = False):
+               revision: str | None = None, require_license: bool = False, language: str | None = None,
+               widgets: list[str] | None = None):
     """The ModelCard of a folder (not written). `variant`: "custom" (XPT code) or "stock" (plain
     BERT/RoBERTa export); detected from config.json when None. `license`: the weights' licence;
     without it the English source's known licence, else (`require_license`) LicenseUnknown, or a
@@ -601,9 +700,10 @@ def build_card(model_dir: str | Path, *, repo_id: str | None = None, license: st
     if variant == "stock" and custom_repo_id and not base_model:
         base_model = custom_repo_id.split("@")[0]
     license = resolve_license(info, license, required=require_license, base_model=base_model)
+    language = resolve_language(info, language)
     model_name = (repo_id or info.path.resolve().name).split("/")[-1]
     data = build_metadata(info, tokenizer, model_name=model_name, license=license, base_model=base_model,
-                          datasets=list(datasets), variant=variant)
+                          datasets=list(datasets), variant=variant, language=language, widget_texts=widgets)
     widgets = data.to_dict().get("widget") or []
     repo_ref = repo_id or str(info.path)
     known_data = describe_data(_locate_spec(_data_spec(info)))[1]
@@ -633,7 +733,8 @@ def build_card(model_dir: str | Path, *, repo_id: str | None = None, license: st
     lines += ["## Citation", "", "Lee, C., Yang, K., Whang, T., Park, C., Matteson, A., & Lim, H. (2021). Exploring the "
               "Data Efficiency of Cross-Lingual Post-Training in Pretrained Language Models. *Applied Sciences*, "
               "11(5), 1975.", "", "```bibtex", CITATION, "```", ""]
-    return ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n\n{{ body }}\n", body="\n".join(lines))
+    return ModelCard.from_template(data, template_str="---\n{{ card_data }}\n---\n\n{{ body }}\n",
+                                   body=localise("\n".join(lines), language))
 
 
 def write_card(model_dir: str | Path, **kwargs) -> Path:
@@ -655,11 +756,16 @@ def main(argv=None) -> int:
     parser.add_argument("--stock-repo-id", help="where the stock export is published (mentioned in the card)")
     parser.add_argument("--custom-repo-id", help="for a stock export: the XPT repo it was exported from")
     parser.add_argument("--revision", help="branch of --repo-id the folder goes to (used in the usage code)")
+    parser.add_argument("--language", help="ISO 639 code of the target language (default: the one recorded in the "
+                        "post-training corpus's stats.json, else ko)")
+    parser.add_argument("--widget", action="append", default=[], help="widget example text (repeatable; default: "
+                        "hand-written Korean sentences, or held-out sentences of the corpus for another language)")
     args = parser.parse_args(argv)
     try:
         out = write_card(args.model_dir, repo_id=args.repo_id, license=args.license, base_model=args.base_model,
                          datasets=args.dataset, results=args.results, stock_repo_id=args.stock_repo_id,
-                         custom_repo_id=args.custom_repo_id, revision=args.revision, require_license=True)
+                         custom_repo_id=args.custom_repo_id, revision=args.revision, require_license=True,
+                         language=args.language, widgets=args.widget or None)
     except (FileNotFoundError, ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -359,9 +359,13 @@ def main(argv=None) -> int:
     parser.add_argument("--results", action="append", default=[], help="extra results.json for a regenerated card")
     parser.add_argument("--stock-repo-id", help="where the stock export lives (custom card mentions it)")
     parser.add_argument("--custom-repo-id", help="where the XPT model lives (stock card mentions it)")
+    parser.add_argument("--language", help="ISO 639 code of the target language for a regenerated card (default: the "
+                        "post-training corpus's, else ko)")
+    parser.add_argument("--widget", action="append", default=[], help="widget example text for a regenerated card (repeatable)")
     args = parser.parse_args(argv)
     card_kwargs = {k: v for k, v in dict(license=args.license, base_model=args.base_model, results=args.results,
-                                         stock_repo_id=args.stock_repo_id, custom_repo_id=args.custom_repo_id).items() if v}
+                                         stock_repo_id=args.stock_repo_id, custom_repo_id=args.custom_repo_id,
+                                         language=args.language, widgets=args.widget).items() if v}
     card_kwargs["require_license"] = True
     if args.format == "stock" and "custom_repo_id" not in card_kwargs and args.revision:
         card_kwargs["custom_repo_id"] = args.repo_id  # same repo, another revision

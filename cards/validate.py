@@ -10,6 +10,7 @@ without custom code (and none may be present).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from .folder import (
     upload_files,
 )
 
+LANGUAGE_CODE = re.compile(r"^[a-z]{2,3}$")  # ISO 639-1 (two letters) or 639-3 (three letters)
 KNOWN_MASK_TOKENS = ("<mask>", "[MASK]", "<MASK>", "[mask]", "<extra_id_0>")
 PIPELINE_TAGS = ("fill-mask", "text-classification", "token-classification", "question-answering", "feature-extraction")
 
@@ -171,8 +173,10 @@ def _check_card(path: Path, report: Report, config: dict, facts: dict, fmt: str)
         elif want and meta[key] != want:
             report.errors.append(f"card metadata {key} is {meta[key]!r}, expected {want!r}")
     language = meta.get("language")
-    if language and "ko" not in ([language] if isinstance(language, str) else language):
-        report.errors.append(f"card language {language!r} does not include 'ko'")
+    for code in ([language] if isinstance(language, str) else language or []):
+        if not isinstance(code, str) or not LANGUAGE_CODE.match(code):
+            report.errors.append(f"card language {code!r} is not an ISO 639-1/639-3 code (such as 'ko', 'ja', 'tha'): "
+                                 "fix `language:` or pass --language CODE")
     tag = meta.get("pipeline_tag")
     if tag and tag not in PIPELINE_TAGS:
         report.errors.append(f"pipeline_tag {tag!r} is not a task this model can serve")

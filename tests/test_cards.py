@@ -712,3 +712,54 @@ def test_space_in_a_real_headless_browser(trained_dir, tmp_path):
         assert f"{pred['score']:.4f}" in table, (pred, table)
         assert pred["sequence"] in table, (pred, table)
         assert f"{rank}. {pred['token_str']}".strip() in label, (pred, label)
+
+
+# ----------------------------------------------------------------------------------------------
+# Another target language: the language flows from the corpus preparation to the card
+# ----------------------------------------------------------------------------------------------
+
+RUSSIAN_WORDS = "дом река город солнце книга утро вечер школа друг окно дорога лес море ветер небо улица поле сад мост поезд".split()
+
+
+def test_card_for_another_language_from_the_prepared_corpus(tmp_path):
+    from transformers import pipeline
+
+    from modeling_xpt import XPTForMaskedLM
+    from tokenization.prepare_corpus import prepare
+    from tokenization.train_tokenizer import train_tokenizer
+
+    rnd = random.Random(0)
+    lines = sorted({" ".join(rnd.sample(RUSSIAN_WORDS, rnd.randint(4, 8))).capitalize() + "." for _ in range(400)})
+    raw = tmp_path / "ru.txt"
+    raw.write_text("\n".join(lines + ["대한민국의 수도는 서울이다."]) + "\n", encoding="utf-8")
+    corpus = tmp_path / "corpus-ru"
+    stats = prepare([str(raw)], corpus, valid=20, test=20, language="ru", progress=False)
+    assert stats["language"] == "ru" and stats["sentences_dropped"]["wrong_script"] == 1
+    tokenizer = train_tokenizer(lines * 2, 100, family="bert", out_dir=tmp_path / "tok", model_max_length=64)
+    folder = tmp_path / "xpt-ru"
+    XPTForMaskedLM.from_source(tiny_source("bert", tokenizer), tokenizer).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    (folder / "training_summary.json").write_text(json.dumps(
+        {"method": "xpt", "data": {"spec": str(corpus), "train_sentences": stats["splits"]["train"]["sentences"]},
+         "final_metrics": {"perplexity": 80.5}, "final_metrics_split": "test"}))
+
+    readme = write_card(folder, repo_id="org/xpt-ru", license="mit")
+    meta, text = front_matter(readme), readme.read_text(encoding="utf-8")
+    assert meta["language"] == "ru" and "russian" in meta["tags"] and "korean" not in meta["tags"]
+    held_out = (corpus / "test" / "part-00000.jsonl").read_text(encoding="utf-8")
+    for widget in meta["widget"]:  # held-out Russian sentences, one word masked
+        assert widget["text"].count("[MASK]") == 1
+        assert json.dumps(widget["text"].split("[MASK]")[0].strip(), ensure_ascii=False)[1:-1] in held_out
+    assert "A Russian masked-language-model encoder" in text and "Korean" not in text.replace(
+        "4M Korean Wikipedia sentences", "").replace("beats Korean models", "")
+    assert meta["model-index"][0]["results"][0]["dataset"]["name"].startswith("Russian held-out text")
+    report = validate_folder(folder)
+    assert report.ok, report.format()
+    pipe = pipeline("fill-mask", model=str(folder), trust_remote_code=True)
+    assert all(len(pipe(w["text"], top_k=2)) == 2 for w in meta["widget"])
+
+    # given examples and an explicit language win; the validator takes any ISO 639 code, nothing else
+    card = build_card(folder, license="mit", language="tha", widgets=["Дом у реки [MASK] ."])
+    assert card.data.to_dict()["language"] == "tha" and card.data.to_dict()["widget"][0]["text"] == "Дом у реки [MASK] ."
+    readme.write_text(readme.read_text(encoding="utf-8").replace("language: ru", "language: russian"), encoding="utf-8")
+    assert any("'russian' is not an ISO 639" in e for e in validate_folder(folder).errors)
