@@ -27,8 +27,10 @@ ARCHITECTURE_TASKS = {
     "XPTModel": ("feature-extraction", "AutoModel"),
     "BertForMaskedLM": ("fill-mask", "AutoModelForMaskedLM"),
     "RobertaForMaskedLM": ("fill-mask", "AutoModelForMaskedLM"),
+    "XLMRobertaForMaskedLM": ("fill-mask", "AutoModelForMaskedLM"),
+    "ElectraForMaskedLM": ("fill-mask", "AutoModelForMaskedLM"),
 }
-STOCK_MODEL_TYPES = ("bert", "roberta")
+STOCK_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "electra")
 
 # Files that make up a publishable folder (top level only). Anything else (checkpoints, TensorBoard
 # logs, the trained-tokenizer copy, caches) stays local.

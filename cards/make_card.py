@@ -376,9 +376,9 @@ def build_metadata(info: FolderInfo, tokenizer, *, model_name: str, license: str
     spec = _data_spec(info)
     hub_datasets, _ = describe_data(_locate_spec(spec))
     all_datasets = list(dict.fromkeys([*hub_datasets, *datasets]))
-    family = info.config.get("source_model_type") or info.config.get("model_type")
+    family = info.config.get("source_architecture") or info.config.get("source_model_type") or info.config.get("model_type")
     tags = ["xpt", "cross-lingual-post-training", language_name(language).lower(), "encoder", info.pipeline_tag]
-    if family in ("bert", "roberta"):
+    if family in ("bert", "roberta", "xlm-roberta", "electra"):
         tags.append(family)
     tags.append("custom_code" if variant == "custom" else "stock-export")
     data_ref = public_ref(_locate_spec(spec), "corpus") if spec else None
@@ -454,7 +454,7 @@ def _made_section(info: FolderInfo, tokenizer) -> list[str]:
         hub = hub_source_id(source) or hub_source_id(c.get("source_name_or_path"))
         shown = public_ref(source, "model")
         lines.append(f"- **English source model**: `{shown}`" + (f" ([{hub}](https://huggingface.co/{hub}))" if hub and hub != shown else "")
-                     + (f", {c['source_model_type']} family" if c.get("source_model_type") else "") + ".")
+                     + (f", {c.get('source_architecture') or c['source_model_type']} family" if c.get("source_model_type") else "") + ".")
     if c.get("model_type") == "xpt":
         layers = c.get("num_hidden_layers")
         itl = [name for name, key in (("ITL_in", "use_itl_in"), ("ITL_out", "use_itl_out")) if c.get(key)]

@@ -122,7 +122,7 @@ def _check_config(path: Path, report: Report, fmt: str) -> dict:
                 report.errors.append(f"custom-code file {name} is missing (save_pretrained copies it; copy it from modeling_xpt/)")
     else:
         if config.get("model_type") not in STOCK_MODEL_TYPES:
-            report.errors.append(f"stock format needs model_type bert or roberta, found {config.get('model_type')!r}")
+            report.errors.append(f"stock format needs model_type {', '.join(STOCK_MODEL_TYPES)}, found {config.get('model_type')!r}")
         if config.get("auto_map"):
             report.errors.append("a stock export must not carry auto_map (it would ask users for trust_remote_code)")
         if code_present:

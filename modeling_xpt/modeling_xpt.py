@@ -30,10 +30,14 @@ from transformers import (
     AutoTokenizer,
     BertConfig,
     BertForMaskedLM,
+    ElectraConfig,
+    ElectraForMaskedLM,
     PreTrainedModel,
     PreTrainedTokenizerBase,
     RobertaConfig,
     RobertaForMaskedLM,
+    XLMRobertaConfig,
+    XLMRobertaForMaskedLM,
 )
 from transformers import logging as transformers_logging
 from transformers.activations import ACT2FN
@@ -61,7 +65,11 @@ PARAMETER_GROUPS = (
 )
 # Phase 1 of XPT: only what is new for the target language trains.
 PHASE1_GROUPS = ("target_embeddings", "itl", "lm_head_bias")
-SUPPORTED_SOURCE_FAMILIES = ("bert", "roberta")
+SUPPORTED_SOURCE_FAMILIES = ("bert", "roberta", "xlm-roberta", "electra")
+# Source family -> (layer layout recorded as config.source_model_type, state-dict prefix of the encoder).
+# XLM-RoBERTa is RoBERTa-shaped; an ELECTRA discriminator is BERT-shaped (embedding_size == hidden_size).
+_SOURCE_LAYOUT = {"bert": ("bert", "bert"), "roberta": ("roberta", "roberta"), "xlm-roberta": ("roberta", "roberta"),
+                  "electra": ("bert", "electra")}
 
 
 # --------------------------------------------------------------------------------------------
@@ -538,6 +546,7 @@ class XPTForMaskedLM(XPTPreTrainedModel):
         source_model, has_mlm_head = _load_source(source)
         src = source_model.config
         family = src.model_type
+        layout = _SOURCE_LAYOUT[family][0]
         config = XPTConfig(
             vocab_size=len(tokenizer),
             hidden_size=src.hidden_size,
@@ -551,11 +560,12 @@ class XPTForMaskedLM(XPTPreTrainedModel):
             type_vocab_size=src.type_vocab_size,
             initializer_range=src.initializer_range,
             layer_norm_eps=src.layer_norm_eps,
-            position_offset=src.pad_token_id + 1 if family == "roberta" else 0,
+            position_offset=src.pad_token_id + 1 if layout == "roberta" else 0,
             use_itl_in=use_itl_in,
             use_itl_out=use_itl_out,
             adapter_size=adapter_size,
-            source_model_type=family,
+            source_model_type=layout,
+            source_architecture=family,  # the stock family to_stock() writes (xlm-roberta, electra: own classes)
             source_name_or_path=str(source) if isinstance(source, (str, Path)) else src.name_or_path or None,
             mask_token_id=tokenizer.mask_token_id,
             pad_token_id=tokenizer.pad_token_id,
@@ -588,7 +598,7 @@ class XPTForMaskedLM(XPTPreTrainedModel):
                 if isinstance(source_tokenizer, (str, Path)):
                     source_tokenizer = AutoTokenizer.from_pretrained(str(source_tokenizer))
                 pairs = overlapping_tokens(tokenizer, source_tokenizer)
-                source_embeddings = source_state[f"{family}.embeddings.word_embeddings.weight"]
+                source_embeddings = source_state[f"{_SOURCE_LAYOUT[family][1]}.embeddings.word_embeddings.weight"]
                 target = torch.tensor([t for t, _ in pairs], dtype=torch.long)
                 origin = torch.tensor([s for _, s in pairs], dtype=torch.long)
                 model.xpt.embeddings.target_embeddings.weight[target] = source_embeddings[origin].to(
@@ -605,20 +615,25 @@ class XPTForMaskedLM(XPTPreTrainedModel):
             )
         return model
 
-    def to_stock(self) -> BertForMaskedLM | RobertaForMaskedLM:
-        """The same network as a stock `BertForMaskedLM` / `RobertaForMaskedLM` with C + 2 layers
-        (ITL_in first, ITL_out last), for hosts that do not run custom code. Not possible with adapters."""
+    def to_stock(self) -> PreTrainedModel:
+        """The same network as a stock `BertForMaskedLM` / `RobertaForMaskedLM` (`XLMRobertaForMaskedLM`,
+        `ElectraForMaskedLM` for those sources) with C + 2 layers (ITL_in first, ITL_out last), for hosts
+        that do not run custom code. Not possible with adapters."""
         c = self.config
         if c.adapter_size:
             raise ValueError("An XPT model with bottleneck adapters has no stock equivalent (adapter_size > 0).")
-        family = c.source_model_type
-        if family == "roberta" and c.position_offset != (c.pad_token_id or 0) + 1:
+        family = getattr(c, "source_architecture", None) or c.source_model_type
+        if _SOURCE_LAYOUT[family][0] == "roberta" and c.position_offset != (c.pad_token_id or 0) + 1:
             raise ValueError(
                 f"Stock RoBERTa numbers positions from pad_token_id + 1 = {(c.pad_token_id or 0) + 1}, but this model "
                 f"uses position_offset={c.position_offset}; use a RoBERTa-family tokenizer (<pad> = 1)."
             )
-        stock_config_class, stock_class = (BertConfig, BertForMaskedLM) if family == "bert" else (RobertaConfig, RobertaForMaskedLM)
+        stock_config_class, stock_class = _STOCK_CLASSES[family]
+        extra = {"embedding_size": c.hidden_size} if family == "electra" else {}
+        if family == "electra" and c.hidden_act != "gelu":
+            raise ValueError(f"ElectraForMaskedLM applies gelu in its head; this model's head uses {c.hidden_act!r}")
         stock_config = stock_config_class(
+            **extra,
             vocab_size=c.vocab_size,
             hidden_size=c.hidden_size,
             num_hidden_layers=c.num_total_layers,
@@ -647,7 +662,7 @@ class XPTForMaskedLM(XPTPreTrainedModel):
                 tensor = tensor[: c.vocab_size]
             state[stock_parameter_name(name, family, **layout)] = tensor
         missing, unexpected = stock.load_state_dict(state, strict=False)
-        untied = [k for k in missing if not k.endswith(("decoder.weight", "decoder.bias"))]
+        untied = [k for k in missing if not k.endswith(("decoder.weight", "decoder.bias", "generator_lm_head.weight"))]
         if untied or unexpected:
             raise RuntimeError(f"Stock export mismatch: missing {untied}, unexpected {unexpected}")
         stock.tie_weights()
@@ -658,7 +673,12 @@ _STOCK_HEAD_NAMES = {
     "bert": {"lm_head.dense": "cls.predictions.transform.dense", "lm_head.layer_norm": "cls.predictions.transform.LayerNorm",
              "lm_head.bias": "cls.predictions.bias"},
     "roberta": {"lm_head.dense": "lm_head.dense", "lm_head.layer_norm": "lm_head.layer_norm", "lm_head.bias": "lm_head.bias"},
+    "electra": {"lm_head.dense": "generator_predictions.dense", "lm_head.layer_norm": "generator_predictions.LayerNorm",
+                "lm_head.bias": "generator_lm_head.bias"},
 }
+_STOCK_HEAD_NAMES["xlm-roberta"] = _STOCK_HEAD_NAMES["roberta"]
+_STOCK_CLASSES = {"bert": (BertConfig, BertForMaskedLM), "roberta": (RobertaConfig, RobertaForMaskedLM),
+                  "xlm-roberta": (XLMRobertaConfig, XLMRobertaForMaskedLM), "electra": (ElectraConfig, ElectraForMaskedLM)}
 
 
 def stock_parameter_name(name: str, family: str, layer_shift: int = 0, itl_out_index: int | None = None) -> str:
@@ -684,13 +704,14 @@ def stock_parameter_name(name: str, family: str, layer_shift: int = 0, itl_out_i
         if itl_out_index is None:
             raise KeyError(f"{name} has no counterpart in the source checkpoint")
         rest = f"encoder.layer.{itl_out_index}." + rest.removeprefix("encoder.itl_out.")
-    return f"{family}.{rest}"
+    return f"{_SOURCE_LAYOUT[family][1]}.{rest}"
 
 
 def _load_source(source) -> tuple[PreTrainedModel, bool]:
     """The source model and whether its checkpoint has an MLM head."""
-    if isinstance(source, PreTrainedModel):
-        model, has_head = source, source.base_model is not source
+    head_prefixes = ("cls.predictions.transform", "lm_head.dense", "lm_head.layer_norm", "generator_predictions")
+    if isinstance(source, PreTrainedModel):  # an MLM head is there when its tensors are
+        model, has_head = source, any(k.startswith(head_prefixes) for k in source.state_dict())
     else:
         # A bare encoder checkpoint makes transformers print a long "missing head" report; the
         # conversion says that itself in one line, so its logging is lowered while loading.
@@ -700,14 +721,23 @@ def _load_source(source) -> tuple[PreTrainedModel, bool]:
             model, info = AutoModelForMaskedLM.from_pretrained(str(source), output_loading_info=True, dtype=torch.float32)
         finally:
             transformers_logging.set_verbosity(verbosity)
-        head_prefixes = ("cls.predictions.transform", "lm_head.dense", "lm_head.layer_norm")
         has_head = not any(k.startswith(head_prefixes) for k in info["missing_keys"])
     family = model.config.model_type
     if family not in SUPPORTED_SOURCE_FAMILIES:
         raise ValueError(
-            f"Unsupported source architecture {family!r} ({type(model).__name__}); XPT converts BERT and RoBERTa "
-            f"checkpoints ({', '.join(SUPPORTED_SOURCE_FAMILIES)})."
+            f"Unsupported source architecture {family!r} ({type(model).__name__}); XPT converts BERT, RoBERTa, "
+            f"XLM-RoBERTa and ELECTRA-discriminator checkpoints ({', '.join(SUPPORTED_SOURCE_FAMILIES)})."
         )
+    if family == "electra":
+        if model.config.embedding_size != model.config.hidden_size:
+            raise ValueError(
+                f"ELECTRA source with embedding_size {model.config.embedding_size} != hidden_size "
+                f"{model.config.hidden_size} (a projected embedding, as in electra-small): XPT supports ELECTRA "
+                "checkpoints whose embedding size equals the hidden size (electra-base, electra-large)."
+            )
+        if has_head and model.config.hidden_act != "gelu":
+            raise ValueError(f"ELECTRA source with hidden_act {model.config.hidden_act!r}: its MLM head applies gelu, "
+                             "and XPT's head uses hidden_act; convert from the discriminator (no MLM head) instead.")
     return model, has_head
 
 
@@ -715,7 +745,7 @@ def _prefixed_state_dict(model: PreTrainedModel) -> dict[str, torch.Tensor]:
     """State dict with the stock `{family}.` prefix, also for a bare BertModel/RobertaModel."""
     state = model.state_dict()
     if model.base_model is model:
-        state = {f"{model.config.model_type}.{k}": v for k, v in state.items()}
+        state = {f"{model.base_model_prefix}.{k}": v for k, v in state.items()}
     return state
 
 

@@ -386,7 +386,7 @@ def test_unsupported_source_names_supported_families(tmp_path, tok):
     from transformers import DistilBertConfig, DistilBertForMaskedLM
 
     DistilBertForMaskedLM(DistilBertConfig(vocab_size=len(tok), dim=32, n_layers=1, n_heads=4, hidden_dim=64)).save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match="Unsupported source architecture 'distilbert'.*bert, roberta"):
+    with pytest.raises(ValueError, match="Unsupported source architecture .distilbert.*bert, roberta, xlm-roberta, electra"):
         XPTForMaskedLM.from_source(str(tmp_path), tok)
 
 
@@ -440,3 +440,70 @@ def test_fill_mask_pipeline_answers_korean_with_trained_tokenizer(family, korean
     assert predictions[0]["score"] == pytest.approx(float(probs.max()), rel=1e-4)
     assert tokenizer.unk_token_id not in batch["input_ids"][0].tolist()
     assert all(p["sequence"].startswith("오늘은") and p["sequence"].endswith("맑고 따뜻하다.") for p in predictions), predictions
+
+
+# ---------------------------------------------------------------- more English source families
+
+
+def tiny_new_family(family: str, tok, seed: int = 0, embedding_size: int = 32, head: bool = True):
+    """A random stock XLM-RoBERTa / ELECTRA masked LM (or ELECTRA discriminator, head=False), hidden 32."""
+    from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining, XLMRobertaConfig, XLMRobertaForMaskedLM
+
+    torch.manual_seed(seed)
+    common = dict(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, pad_token_id=tok.pad_token_id)
+    if family == "xlm-roberta":
+        model = XLMRobertaForMaskedLM(XLMRobertaConfig(max_position_embeddings=66, type_vocab_size=1, bos_token_id=0,
+                                                       eos_token_id=2, layer_norm_eps=1e-5, **common))
+    else:
+        config = ElectraConfig(embedding_size=embedding_size, max_position_embeddings=64, type_vocab_size=2, **common)
+        model = ElectraForMaskedLM(config) if head else ElectraForPreTraining(config)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "LayerNorm" in name or "layer_norm" in name or name.endswith("bias"):
+                param.add_(torch.randn_like(param) * 0.1)
+    return model.eval()
+
+
+NEW_FAMILIES = [("xlm-roberta", "roberta", "XLMRobertaForMaskedLM"), ("electra", "bert", "ElectraForMaskedLM")]
+
+
+@pytest.mark.parametrize("family, tok_family, stock_name", NEW_FAMILIES)
+def test_new_source_families_are_exact(family, tok_family, stock_name, tmp_path):
+    tok = word_tokenizer(tok_family, KOREAN_WORDS)
+    source = tiny_new_family(family, tok)
+    model = converted(source, tok, use_itl_in=False, use_itl_out=False)
+    assert model.conversion_report["family"] == family and model.conversion_report["source_has_mlm_head"]
+    batch = padded_batch(tok, TEXTS)
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        ours, stock = model(**batch, output_hidden_states=True), source(**batch, output_hidden_states=True)
+    torch.testing.assert_close(ours.hidden_states[-1][real], stock.hidden_states[-1][real], atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours.logits[real], stock.logits[real], atol=1e-5, rtol=0)
+    # with ITLs, saved and reloaded: the stock export is the source family's own class, same logits
+    XPTForMaskedLM.from_source(source, tok).save_pretrained(tmp_path / "xpt")
+    model = XPTForMaskedLM.from_pretrained(tmp_path / "xpt").eval()
+    exported = model.to_stock()
+    assert type(exported).__name__ == stock_name and exported.config.num_hidden_layers == 4
+    with torch.no_grad():
+        torch.testing.assert_close(exported(**batch).logits[real], model(**batch).logits[real], atol=1e-5, rtol=0)
+
+
+def test_electra_discriminator_checkpoint_converts_and_projected_embeddings_are_refused(tmp_path):
+    from transformers import ElectraModel
+
+    tok = word_tokenizer("bert", KOREAN_WORDS)
+    discriminator = tiny_new_family("electra", tok, head=False)
+    discriminator.save_pretrained(tmp_path / "disc")
+    model = XPTForMaskedLM.from_source(str(tmp_path / "disc"), tok, init="overlap", source_tokenizer=tok,
+                                       use_itl_in=False, use_itl_out=False).eval()
+    assert model.conversion_report["source_has_mlm_head"] is False  # the discriminator head is not an MLM head
+    batch = padded_batch(tok, TEXTS)
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        ours = model.xpt(**batch).last_hidden_state
+        ref = ElectraModel.from_pretrained(tmp_path / "disc").eval()(**batch).last_hidden_state
+    torch.testing.assert_close(ours[real], ref[real], atol=1e-5, rtol=0)
+    tiny_new_family("electra", tok, embedding_size=16, head=False).save_pretrained(tmp_path / "small")
+    with pytest.raises(ValueError, match="embedding_size 16 != hidden_size 32.*embedding size equals the hidden size"):
+        XPTForMaskedLM.from_source(str(tmp_path / "small"), tok)
