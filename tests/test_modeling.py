@@ -507,3 +507,26 @@ def test_electra_discriminator_checkpoint_converts_and_projected_embeddings_are_
     tiny_new_family("electra", tok, embedding_size=16, head=False).save_pretrained(tmp_path / "small")
     with pytest.raises(ValueError, match="embedding_size 16 != hidden_size 32.*embedding size equals the hidden size"):
         XPTForMaskedLM.from_source(str(tmp_path / "small"), tok)
+
+
+# ---------------------------------------------------------------- package metadata
+
+
+def test_every_declared_dependency_is_used():
+    """pyproject.toml declares only what the project imports (a dependency nobody imports is dead weight)."""
+    import re
+    import tomllib
+
+    deps = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    modules = {"pyyaml": "yaml", "scikit-learn": "sklearn", "huggingface_hub": "huggingface_hub"}
+    used_by_trackers = {"tensorboard"}  # accelerate imports it when report_to names it
+    code = "\n".join(p.read_text(encoding="utf-8") for folder in ("modeling_xpt", "tokenization", "training", "cards")
+                     for p in (REPO_ROOT / folder).rglob("*.py"))
+    names = [re.split(r"[<>=~!; \[]", d, maxsplit=1)[0].lower() for d in deps]
+    assert "evaluate" not in names
+    for name in names:
+        module = modules.get(name, name.replace("-", "_"))
+        if name in used_by_trackers:
+            assert f'"{name}"' in code, name
+            continue
+        assert re.search(rf"^\s*(import|from) {re.escape(module)}\b", code, re.M), f"{name} is declared but never imported"
