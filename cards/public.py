@@ -12,7 +12,7 @@ import os
 import re
 from pathlib import Path
 
-from .folder import hub_source_id, looks_like_hub_id
+from .folder import PACKAGE_HUB_IDS, hub_source_id, looks_like_hub_id
 
 # Absolute paths under the usual roots of user, temporary and mounted data (POSIX and Windows),
 # not preceded by a URL or word character (so "https://huggingface.co/org/x" is not one).
@@ -71,6 +71,9 @@ def public_ref(value, kind: str = "path") -> str | None:
     hub = hub_source_id(value)
     if hub:
         return hub
+    for package, package_hub in PACKAGE_HUB_IDS.items():  # a known model shipped in a Python package
+        if kind == "model" and re.search(rf"[/\\]{package}(?:[/\\]|$)", value):
+            return package_hub
     if hf_dataset_id(value):
         return value
     if kind == "corpus":

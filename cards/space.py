@@ -130,6 +130,17 @@ def folder_license(model_dir: str | Path) -> str | None:
     return licence if isinstance(licence, str) and licence != "other" else None
 
 
+def card_widget_texts(model_dir: str | Path) -> list[str]:
+    """The widget examples of the model folder's card (they are in the model's language)."""
+    card = Path(model_dir) / "README.md"
+    if not card.is_file():
+        return []
+    from huggingface_hub import ModelCard
+
+    widgets = ModelCard.load(card).data.to_dict().get("widget") or []
+    return [w["text"] for w in widgets if isinstance(w, dict) and isinstance(w.get("text"), str)]
+
+
 def write_space(model_dir: str | Path, out: str | Path, *, repo_id: str | None = None, top_k: int = 5,
                 license: str | None = None, sdk_version: str | None = None, revision: str | None = None) -> Path:
     """`revision`: the model commit the app pins (what `cards.push` printed); `license`: the Space's,
@@ -142,7 +153,8 @@ def write_space(model_dir: str | Path, out: str | Path, *, repo_id: str | None =
     if task not in ("fill-mask", "text-classification"):
         raise ValueError(f"the demo supports fill-mask and text-classification models; {model_dir} is {task}")
     tokenizer = load_tokenizer(info.path)
-    examples = ([w["text"] for w in fill_mask_widgets(tokenizer)] if task == "fill-mask" else list(CLASSIFICATION_EXAMPLES))
+    examples = card_widget_texts(model_dir) or (
+        [w["text"] for w in fill_mask_widgets(tokenizer)] if task == "fill-mask" else list(CLASSIFICATION_EXAMPLES))
     if repo_id and not looks_like_hub_id(repo_id):
         raise ValueError(f"repo id {repo_id!r} must look like ORG/NAME")
     model_ref = repo_id or str(info.path.resolve())

