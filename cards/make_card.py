@@ -9,6 +9,13 @@ usage with `trust_remote_code=True`, results, the stock export, limitations, dat
 
 Every number comes from the folder (config.json, training_summary.json, results.json, the
 safetensors headers, the tokenizer); anything missing is left out, never filled in.
+
+The language is `--language`, else the one the corpus preparation recorded (stats.json), else
+Korean; widget examples are `--widget` texts, else hand-written Korean sentences for Korean and
+held-out corpus sentences for any other language. The licence is `--license`, else the English
+source's known licence (SOURCE_LICENSES, or a local source folder's own card); otherwise the CLI
+asks for it. Local paths never appear: sources, tokenizers and data are named by Hub id or
+described ("local corpus (3 files)").
 """
 from __future__ import annotations
 
