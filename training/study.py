@@ -348,11 +348,16 @@ def stage_finetune(spec: StudySpec, out: Path, model: Path, name: str, data_dir:
 
 # --- stage 5: report -------------------------------------------------------------------------------
 def collect(spec: StudySpec, out: Path) -> dict[str, Any]:
-    """results.json content: every (method, size) with its post-training record and task scores."""
-    runs = []
+    """results.json content: every finished (method, size) with its post-training record and task scores.
+
+    A run whose post-training or any fine-tuning has not finished is listed under "missing"."""
+    runs, missing = [], []
     for size in spec.sizes:
         for method in spec.methods:
             folder = out / "models" / run_name(method, size)
+            if not finished(folder) or not all(finished(out / "finetune" / folder.name / n) for n in spec.tasks):
+                missing.append(folder.name)
+                continue
             summary = json.loads((folder / "training_summary.json").read_text(encoding="utf-8"))
             record = {
                 "method": method, "sentences": size, "model": str(folder.relative_to(out)),
@@ -372,7 +377,7 @@ def collect(spec: StudySpec, out: Path) -> dict[str, Any]:
             runs.append(record)
     factors = {name: efficiency_factor(runs, name) for name in spec.tasks}
     factors["mlm_perplexity"] = efficiency_factor(runs, None)
-    return {"spec": spec.to_dict(), "runs": runs, "data_efficiency": factors,
+    return {"spec": spec.to_dict(), "runs": runs, "missing": missing, "data_efficiency": factors,
             "separation": {name: separation(runs, name) for name in spec.tasks}}
 
 
@@ -394,6 +399,8 @@ def efficiency_factor(runs: list[dict[str, Any]], task: str | None) -> dict[str,
     ranges are disjoint, since a mean that "matches" inside the seed spread proves little."""
     xpt = {r["sentences"]: r for r in runs if r["method"] == FOCUS}
     scratch = {r["sentences"]: r for r in runs if r["method"] == BASELINE}
+    if not xpt or not scratch:
+        return {"factor": None, "text": "needs finished XPT and Scratch runs"}
     best = None
     for n, run in sorted(xpt.items()):
         for m, reference in sorted(scratch.items()):
@@ -428,6 +435,10 @@ def separation(runs: list[dict[str, Any]], task: str) -> dict[str, Any]:
 def markdown(report: dict[str, Any], spec: StudySpec) -> str:
     runs = report["runs"]
     lines = ["# Data-efficiency study", "", spec.description.strip(), ""]
+    if report["missing"]:
+        lines += [f"**Incomplete: not finished yet: {', '.join(report['missing'])}.**", ""]
+    if not runs:
+        return "\n".join(lines) + "\n"
     for task in spec.tasks:
         first = runs[0]["tasks"][task]
         lines += [f"## {task}: {first['metric']} on {first['split']} (mean ± sd over seeds [min, max])", "",
@@ -436,14 +447,15 @@ def markdown(report: dict[str, Any], spec: StudySpec) -> str:
         for method in spec.methods:
             cells = []
             for size in spec.sizes:
-                t = next(r for r in runs if r["method"] == method and r["sentences"] == size)["tasks"][task]
-                cells.append(f"{t['mean']:.1f} ± {t['sd']:.1f} [{t['min']:.1f}, {t['max']:.1f}]")
+                run = next((r for r in runs if r["method"] == method and r["sentences"] == size), None)
+                t = run["tasks"][task] if run else None
+                cells.append(f"{t['mean']:.1f} ± {t['sd']:.1f} [{t['min']:.1f}, {t['max']:.1f}]" if t else "not run")
             lines.append(f"| {method} | " + " | ".join(cells) + " |")
         lines += ["", f"Data-efficiency factor (XPT vs Scratch): {report['data_efficiency'][task]['text']}.", ""]
         verdicts = report["separation"][task]
-        lines.append("XPT above Scratch with disjoint seed ranges: " + ", ".join(
+        lines.append("XPT above Scratch with disjoint seed ranges: " + (", ".join(
             f"{int(n):,}: {'yes' if v['xpt_above'] and v['ranges_disjoint'] else ('above, ranges overlap' if v['xpt_above'] else 'no')}"
-            for n, v in verdicts.items()) + ".")
+            for n, v in verdicts.items()) or "no size has both finished") + ".")
         lines.append("")
     lines += ["## Held-out MLM (test split, fixed masks)", "",
               "| method | sentences | perplexity | hits@1 | hits@10 | MRR | tokens seen | post-training wall s |",
@@ -470,6 +482,8 @@ def plot(report: dict[str, Any], spec: StudySpec, folder: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     paths = []
+    if not report["runs"]:
+        return paths
     for task in spec.tasks:
         fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=110)
         for method in spec.methods:
@@ -556,6 +570,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--extra-task", action="append", default=[], metavar="NAME=DIR",
                    help="also fine-tune on a registered task NAME with data in DIR (train/dev[/test] files)")
     p.add_argument("--dry-run", action="store_true", help="validate the spec and print the plan; run nothing")
+    p.add_argument("--report-only", action="store_true",
+                   help="write OUT/report from the runs finished so far (the rest marked as not finished); train nothing")
     return p
 
 
@@ -566,7 +582,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.dry_run:
             print(plan(spec))
             return 0
-        report = run_study(spec, Path(args.out), resume=args.resume)
+        if args.report_only:
+            if not (Path(args.out) / SPEC_FILE).is_file():
+                raise StudyError(f"{args.out} holds no study ({SPEC_FILE} missing)")
+            report = stage_report(spec, Path(args.out))
+        else:
+            report = run_study(spec, Path(args.out), resume=args.resume)
     except StudyError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
