@@ -86,10 +86,21 @@ def hub_upload(repo_id: str, files: list[tuple[str, Path]], *, token: str, priva
                              repo_type="model")
     pinned = pin_card(info.oid) if pin_card else None
     if pinned and pinned != card_text:
-        api.create_commit(repo_id, operations=[CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=pinned.encode())],
-                          commit_message=f"Pin the card's usage code to {info.oid[:12]}", revision=revision,
-                          parent_commit=info.oid, repo_type="model")
+        try:
+            api.create_commit(repo_id, operations=[CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=pinned.encode())],
+                              commit_message=f"Pin the card's usage code to {info.oid[:12]}", revision=revision,
+                              parent_commit=info.oid, repo_type="model")
+        except Exception as error:
+            raise PinError(info.commit_url, error) from error
     return info.commit_url
+
+
+class PinError(RuntimeError):
+    """The files were committed, but the README-only commit that pins the card's usage code failed."""
+
+    def __init__(self, commit_url: str, error: Exception):
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.commit_url = commit_url
 
 
 def pin_revision(card_text: str, branch: str, commit: str) -> str:
@@ -333,6 +344,10 @@ def push_to_hub(model_dir: str | Path, repo_id: str, *, private: bool = False, r
                                            token=token, private=private, revision=revision,
                                            commit_message=message, card_text=card_text,
                                            pin_card=lambda commit: pin_revision(card_text, branch, commit))
+        except PinError as error:
+            result.commit_url = error.commit_url
+            log(f"the files are published ({error.commit_url}), but pinning the card's usage code to that commit "
+                f"failed ({error}); the card says revision={branch!r}")
         except Exception as error:
             raise PushError(f"upload to {repo_id} failed: {type(error).__name__}: {error}. The files go in a single "
                             "commit, so none of them was committed") from error

@@ -554,6 +554,58 @@ def test_card_names_the_hub_dataset_a_prepared_corpus_came_from(xpt_dir, tmp_pat
         json.loads((folder / "training_summary.json").read_text()))["data"]["datasets"]
 
 
+class FakeHfApi:
+    """Stands in for huggingface_hub.HfApi inside cards.push.hub_upload (no network)."""
+    commits: list = []
+    fail_second = False
+
+    def __init__(self, token=None):
+        self.token = token
+
+    def create_repo(self, *args, **kwargs):
+        pass
+
+    def create_branch(self, *args, **kwargs):
+        pass
+
+    def create_commit(self, repo_id, operations, commit_message, revision=None, parent_commit=None, repo_type=None):
+        from types import SimpleNamespace
+
+        if self.commits and self.fail_second:
+            raise ConnectionError("gone")
+        files = {op.path_in_repo: (op.path_or_fileobj if isinstance(op.path_or_fileobj, bytes)
+                                   else Path(op.path_or_fileobj).read_bytes()) for op in operations}
+        oid = f"{len(self.commits) + 1:040x}"
+        self.commits.append({"files": files, "parent": parent_commit, "revision": revision, "message": commit_message})
+        return SimpleNamespace(oid=oid, commit_url=f"https://huggingface.co/{repo_id}/commit/{oid}")
+
+
+@pytest.mark.parametrize("fail_second", [False, True])
+def test_hub_upload_commits_the_files_then_pins_the_card(trained_dir, monkeypatch, tmp_path, fail_second):
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeHfApi)
+    monkeypatch.setattr(huggingface_hub.ModelCard, "validate", lambda self, repo_type=None: None)
+    monkeypatch.setattr(FakeHfApi, "commits", [])
+    monkeypatch.setattr(FakeHfApi, "fail_second", fail_second)
+    monkeypatch.setenv("HF_TOKEN", "hf_test")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    logs = []
+    result = push_module.push_to_hub(trained_dir, "org/xpt-ko-tiny", load_check=False, log=logs.append)
+    first = FakeHfApi.commits[0]
+    assert "model.safetensors" in first["files"] and "revision='main'" in first["files"]["README.md"].decode()
+    assert result.commit == f"{1:040x}" and result.commit_url.endswith(result.commit)
+    if fail_second:  # the files are published; the log says the pin failed
+        assert len(FakeHfApi.commits) == 1 and any("pinning the card's usage code" in line for line in logs)
+        return
+    second = FakeHfApi.commits[1]
+    assert set(second["files"]) == {"README.md"} and second["parent"] == result.commit
+    pinned = second["files"]["README.md"].decode()
+    assert f"revision='{result.commit}'" in pinned and "revision='main'" not in pinned
+    assert any(f"revision='{result.commit}'" in line for line in logs)  # the push prints the pinned call
+
+
 def test_upload_failure_is_reported_as_nothing_committed(trained_dir, no_token, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_test")
 
