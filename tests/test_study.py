@@ -74,7 +74,8 @@ def test_presets_load_and_plan(preset):
     assert len(spec.sizes) >= 3 and spec.sizes[-1] >= 8 * spec.sizes[0]
     assert {"xpt", "xpt-sp", "scratch", "adapters"} <= set(spec.methods)
     assert {"korsts", "nsmc"} <= set(spec.tasks)
-    assert len(spec.seeds()) >= (2 if preset == "tiny" else 3)
+    assert len(spec.seeds(spec.sizes[0])) >= (2 if preset == "tiny" else 3)
+    assert all(len(spec.seeds(n)) >= 2 for n in spec.sizes)
     from training.config import config_from_dict, validate_config
 
     for method in spec.methods:  # every run's post-training config is valid
@@ -168,7 +169,7 @@ def test_tiny_study_survives_kill_and_resumes(shared_data, tmp_path):
         for task in spec.tasks:
             results = json.loads((out / "finetune" / Path(run["model"]).name / task / "results.json").read_text())
             entry = run["tasks"][task]
-            assert entry["scores"] == results["scores"] and len(entry["scores"]) == len(spec.seeds())
+            assert entry["scores"] == results["scores"] and len(entry["scores"]) == len(spec.seeds(run["sentences"]))
             assert entry["min"] <= entry["mean"] <= entry["max"]
             assert entry["split"] == "test"
     # the same token budget for every method at a size (same seed, steps and batches)

@@ -96,6 +96,8 @@ class StudySpec:
     finetune: dict[str, Any] = field(default_factory=dict, metadata={
         "help": "training/finetune.py options shared by every task (seeds, epochs, batch_size, ...)"})
     tasks: dict[str, TaskEntry] = field(default_factory=dict, metadata={"help": "task name -> TaskEntry"})
+    seeds_by_size: dict[int, int] = field(default_factory=dict, metadata={
+        "help": "data size -> number of fine-tuning seeds, where it differs from finetune.seeds (time cuts)"})
     seed: int = field(default=0, metadata={"help": "shuffle of the train sentences and held-out task splits"})
     description: str = field(default="", metadata={"help": "what the preset is for, and every cut it makes"})
 
@@ -116,6 +118,7 @@ class StudySpec:
             except TypeError as error:
                 raise StudyError(f"tasks.{name}: {error}") from None
         raw["tasks"] = tasks
+        raw["seeds_by_size"] = {int(k): int(v) for k, v in (raw.get("seeds_by_size") or {}).items()}
         spec = cls(**raw)
         spec.validate()
         return spec
@@ -138,8 +141,8 @@ class StudySpec:
             if key in self.post_training:
                 raise StudyError(f"post_training.{key} is set by the study itself; remove it from the spec")
 
-    def seeds(self) -> list[int]:
-        seeds = self.finetune.get("seeds", 3)
+    def seeds(self, size: int | None = None) -> list[int]:
+        seeds = self.seeds_by_size.get(size, self.finetune.get("seeds", 3)) if size is not None else self.finetune.get("seeds", 3)
         return list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
 
 
@@ -318,16 +321,16 @@ def task_folder(spec: StudySpec, out: Path, name: str) -> Path:
     return folder
 
 
-def finetune_args(spec: StudySpec, name: str, model: Path, data_dir: Path, output_dir: Path) -> list[str]:
+def finetune_args(spec: StudySpec, name: str, model: Path, data_dir: Path, output_dir: Path, size: int) -> list[str]:
     options = {**{k: v for k, v in spec.finetune.items() if k != "seeds"}, **spec.tasks[name].finetune}
     argv = ["--model", str(model), "--task", name, "--data-dir", str(data_dir), "--output-dir", str(output_dir),
-            "--seeds", ",".join(str(s) for s in spec.seeds()), "--no-progress"]
+            "--seeds", ",".join(str(s) for s in spec.seeds(size)), "--no-progress"]
     for key, value in options.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]
     return argv
 
 
-def stage_finetune(spec: StudySpec, out: Path, model: Path, name: str, data_dir: Path) -> Path:
+def stage_finetune(spec: StudySpec, out: Path, model: Path, name: str, data_dir: Path, size: int) -> Path:
     from training import finetune
 
     final = out / "finetune" / model.name / name
@@ -336,8 +339,8 @@ def stage_finetune(spec: StudySpec, out: Path, model: Path, name: str, data_dir:
     tmp = final.parent / f".tmp-{name}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.parent.mkdir(parents=True, exist_ok=True)
-    log(out, f"fine-tuning {model.name} on {name} ({len(spec.seeds())} seeds)")
-    args = finetune.build_parser().parse_args(finetune_args(spec, name, model, data_dir, tmp))
+    log(out, f"fine-tuning {model.name} on {name} ({len(spec.seeds(size))} seeds)")
+    args = finetune.build_parser().parse_args(finetune_args(spec, name, model, data_dir, tmp, size))
     try:
         finetune.run(args)
     except finetune.TaskDataError as error:
@@ -525,8 +528,10 @@ def plan(spec: StudySpec) -> str:
     lines = [f"sizes {spec.sizes} x methods {spec.methods}: {len(spec.sizes) * len(spec.methods)} post-training runs "
              f"of {pt.get('train_steps', '?')} steps x {pt.get('global_batch_size', '?')} rows x "
              f"{pt.get('max_seq_length', '?')} tokens",
-             f"tasks {list(spec.tasks)} x {len(spec.seeds())} seeds: "
-             f"{len(spec.sizes) * len(spec.methods) * len(spec.tasks) * len(spec.seeds())} fine-tuning runs"]
+             f"tasks {list(spec.tasks)} x {len(spec.seeds())} seeds"
+             + (f" ({', '.join(f'{n:,} sentences: {k}' for n, k in spec.seeds_by_size.items())})" if spec.seeds_by_size else "")
+             + ": "
+             f"{sum(len(spec.seeds(n)) for n in spec.sizes) * len(spec.methods) * len(spec.tasks)} fine-tuning runs"]
     return "\n".join(lines)
 
 
@@ -553,7 +558,7 @@ def run_study(spec: StudySpec, out: Path, resume: bool = False) -> Path:
         for method in spec.methods:
             model = stage_post_train(spec, out, data, tokenizer, method, size)
             for name, folder in task_dirs.items():
-                stage_finetune(spec, out, model, name, folder)
+                stage_finetune(spec, out, model, name, folder, size)
     report = stage_report(spec, out)
     log(out, f"study finished in {time.time() - started:.0f} s (this invocation); report in {report}")
     return report
