@@ -57,6 +57,10 @@ from typing import Iterable, Iterator, Sequence
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
+# One implementation for every folder the package writes: tokenizer_config.json names
+# PreTrainedTokenizerFast, which transformers 4.x loads too.
+from modeling_xpt.tokenizer_files import save_tokenizer
+
 from .corpus_io import Utf8Counter, iter_corpus
 from .errors import InputError, run_cli
 
@@ -173,32 +177,6 @@ def _unseen_chars_in_order(pieces: list) -> list:
     scores = sorted((pieces[i][1] for i in group), reverse=True)
     members = set(group)
     return [pc for i, pc in enumerate(pieces) if i not in members] + [[c, sc] for c, sc in zip(chars, scores)]
-
-
-# transformers 5 saves a fast tokenizer as `TokenizersBackend`, a class transformers 4 does not
-# have; `PreTrainedTokenizerFast` is the same class in 5 and loads this tokenizer.json as is in 4.
-TOKENIZER_CLASS = "PreTrainedTokenizerFast"
-# Keys that transformers 5 copies from the loading call into tokenizer_config.json; they describe
-# the machine that saved the folder, not the tokenizer.
-LOAD_TIME_KEYS = ("is_local", "local_files_only")
-
-
-def save_tokenizer(tokenizer, out_dir: str | Path) -> None:
-    """``tokenizer.save_pretrained(out_dir)``, with ``tokenizer_config.json`` naming
-    ``PreTrainedTokenizerFast`` instead of ``TokenizersBackend`` (so transformers 4.x loads the
-    folder too, and with an explicit class it does not read the folder's ``config.json``) and
-    without load-time keys. Tokenizers of other classes are saved unchanged."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer.save_pretrained(str(out))
-    path = out / "tokenizer_config.json"
-    config = json.loads(path.read_text(encoding="utf-8"))
-    if config.get("tokenizer_class") != "TokenizersBackend":
-        return
-    config["tokenizer_class"] = TOKENIZER_CLASS
-    for key in LOAD_TIME_KEYS:
-        config.pop(key, None)
-    path.write_text(json.dumps(config, indent=2, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def _non_empty(texts: Iterable[str], seen: list[int]) -> Iterator[str]:

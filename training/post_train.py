@@ -540,7 +540,7 @@ def train(config: PostTrainConfig) -> dict:
         "config": config.to_dict(),
     }
     if accelerator.is_main_process:
-        from tokenization.train_tokenizer import save_tokenizer
+        from modeling_xpt import save_tokenizer
 
         model.save_pretrained(str(output_dir))
         save_tokenizer(tokenizer, output_dir)  # names PreTrainedTokenizerFast, which transformers 4.x loads too
