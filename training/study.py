@@ -414,7 +414,7 @@ def efficiency_factor(runs: list[dict[str, Any]], task: str | None) -> dict[str,
                     best["seed_ranges_disjoint"] = _disjoint_above(run["tasks"][task], reference["tasks"][task])
     if best is None:
         return {"factor": None, "text": "not reached within the sizes run"}
-    bounded = best["scratch_sentences"] == max(scratch) and best["xpt_sentences"] == min(xpt)
+    bounded = best["scratch_sentences"] == max(scratch) and best["xpt_sentences"] == min(xpt) and best["factor"] > 1
     best["lower_bound"] = bounded
     best["text"] = (f"{'at least ' if bounded else ''}{best['factor']:g}x: XPT at {best['xpt_sentences']:,} sentences "
                     f"matches or beats Scratch at {best['scratch_sentences']:,}")
