@@ -123,10 +123,10 @@ class StepResult:
     lr: float  # learning rate used by this step
 
 
-def batch_counts(batches: list[dict], pad_id: int, use_wop: bool) -> list[int]:
-    """[masked tokens, real tokens, WOP targets] of host batches (no device work)."""
-    return [sum(int(b["labels"].ne(-100).sum()) for b in batches),
-            sum(int(b["input_ids"].ne(pad_id).sum()) for b in batches),
+def batch_counts(batches: list[dict], masked: list[int], pad_id: int, use_wop: bool) -> list[int]:
+    """[masked tokens, real tokens, WOP targets] of host batches (no device work), given each
+    batch's masked-token count."""
+    return [sum(masked), sum(int(b["input_ids"].ne(pad_id).sum()) for b in batches),
             sum(int(b["wop_labels"].ne(-100).sum()) for b in batches) if use_wop else 0]
 
 
@@ -143,7 +143,8 @@ def training_step(model, batches: list[dict], optimizer, scheduler, accelerator,
     """
     world = accelerator.num_processes
     accumulation = len(batches)
-    counts = batch_counts(batches, pad_id, use_wop)
+    masked = [int(b["labels"].ne(-100).sum()) for b in batches]  # host tensors: no device sync
+    counts = batch_counts(batches, masked, pad_id, use_wop)
     if world > 1:
         total = accelerator.reduce(torch.tensor(counts, device=accelerator.device, dtype=torch.float64),
                                    reduction="sum").tolist()
@@ -154,7 +155,7 @@ def training_step(model, batches: list[dict], optimizer, scheduler, accelerator,
     wop_sum = torch.zeros((), device=accelerator.device, dtype=torch.float64) if use_wop else None
     non_blocking = accelerator.device.type == "cuda"
     for a, host in enumerate(batches):
-        n_local = int(host["labels"].ne(-100).sum())  # host tensor: no device sync
+        n_local = masked[a]
         batch = {k: v.to(accelerator.device, non_blocking=non_blocking) for k, v in host.items() if k != "step"}
         if capacity:
             batch["masked_capacity"] = masked_capacity_for(host["labels"].shape[0], capacity["length"], n_local,
