@@ -63,6 +63,9 @@ class XPTConfig(PretrainedConfig):
             matmuls). Padding rows are never predicted: logits are cut to `vocab_size`.
         classifier_dropout (`float`, *optional*):
             Dropout of classification heads; `hidden_dropout_prob` when unset.
+        classifier_pooling (`str`, *optional*, defaults to `"first"`):
+            What the sentence head reads: `"first"` the first token's state (RoBERTa's head), `"mean"` the
+            mean over non-padding tokens (the pooling of sentence-transformers sources such as all-MiniLM-L6-v2).
         source_model_type (`str`, *optional*, defaults to `"roberta"`):
             Family of the English source checkpoint (`"bert"` or `"roberta"`); decides the stock export.
         source_name_or_path (`str`, *optional*):
@@ -99,6 +102,7 @@ class XPTConfig(PretrainedConfig):
         adapter_size: int = 0,
         pad_vocab_to_multiple_of: int = 64,
         classifier_dropout: float | None = None,
+        classifier_pooling: str = "first",
         source_model_type: str = "roberta",
         source_name_or_path: str | None = None,
         mask_token_id: int | None = None,
@@ -110,6 +114,8 @@ class XPTConfig(PretrainedConfig):
     ):
         if hidden_size % num_attention_heads:
             raise ValueError(f"hidden_size={hidden_size} is not a multiple of num_attention_heads={num_attention_heads}")
+        if classifier_pooling not in ("first", "mean"):
+            raise ValueError(f"classifier_pooling={classifier_pooling!r}: use 'first' or 'mean'")
         if source_model_type not in ("bert", "roberta"):
             raise ValueError(f"source_model_type={source_model_type!r}: XPT supports 'bert' and 'roberta' sources")
         self.vocab_size = vocab_size
@@ -130,6 +136,7 @@ class XPTConfig(PretrainedConfig):
         self.adapter_size = adapter_size
         self.pad_vocab_to_multiple_of = pad_vocab_to_multiple_of
         self.classifier_dropout = classifier_dropout
+        self.classifier_pooling = classifier_pooling
         self.source_model_type = source_model_type
         self.source_name_or_path = source_name_or_path
         self.mask_token_id = mask_token_id

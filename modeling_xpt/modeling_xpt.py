@@ -782,7 +782,8 @@ def overlapping_tokens(target_tokenizer, source_tokenizer) -> list[tuple[int, in
 
 
 class XPTClassificationHead(nn.Module):
-    """Sentence head on the first token (RoBERTa's): W_o dropout(tanh(W dropout(h_0)))."""
+    """Sentence head W_o dropout(tanh(W dropout(h))), where h is the first token's state (RoBERTa's head,
+    `classifier_pooling="first"`) or the mean of the non-padding states (`"mean"`)."""
 
     def __init__(self, config: XPTConfig):
         super().__init__()
@@ -790,9 +791,19 @@ class XPTClassificationHead(nn.Module):
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout = nn.Dropout(dropout)
         self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
+        self.pooling = config.classifier_pooling
 
-    def forward(self, hidden_states):
-        x = self.dropout(hidden_states[:, 0])
+    def forward(self, hidden_states, attention_mask=None):
+        if self.pooling == "mean":
+            if attention_mask is not None and attention_mask.dim() != 2:
+                raise ValueError("classifier_pooling='mean' needs a (batch, length) padding mask, "
+                                 f"got attention_mask of shape {tuple(attention_mask.shape)}")
+            weights = (torch.ones(hidden_states.shape[:2], device=hidden_states.device) if attention_mask is None
+                       else attention_mask.to(hidden_states.dtype))
+            x = (hidden_states * weights.unsqueeze(-1)).sum(1) / weights.sum(1, keepdim=True).clamp(min=1)
+        else:
+            x = hidden_states[:, 0]
+        x = self.dropout(x)
         return self.out_proj(self.dropout(torch.tanh(self.dense(x))))
 
 
@@ -827,7 +838,7 @@ class XPTForSequenceClassification(XPTPreTrainedModel):
         outputs = self.xpt(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                            position_ids=position_ids, output_attentions=output_attentions,
                            output_hidden_states=output_hidden_states)
-        logits = self.classifier(outputs.last_hidden_state)
+        logits = self.classifier(outputs.last_hidden_state, attention_mask)
         loss = sequence_classification_loss(logits, labels, self.config) if labels is not None else None
         output = SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
                                           attentions=outputs.attentions)

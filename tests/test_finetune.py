@@ -351,6 +351,8 @@ def bad_input_case(case: str, tmp_path: Path) -> list[str]:
         write_tsv(data / "train.tsv", ["sentence1", "sentence2", "score"], [["나는", "간다", "7.5"]])
         write_tsv(data / "dev.tsv", ["sentence1", "sentence2", "score"], [["나는", "간다", "2"]])
         task = ["--task", "korsts"]
+    elif case == "pooling on a stock model":
+        task += ["--pooling", "mean"]
     elif case == "no data dir or hub":
         return ["--model", str(model), "--task", "kqp", "--output-dir", str(tmp_path / "out"), *quick()]
     return ["--model", str(model), *task, "--data-dir", str(data), "--output-dir", str(tmp_path / "out"), *quick()]
@@ -364,6 +366,7 @@ BAD_INPUT = {
     "vocabulary mismatch": "tokenizer/model vocabulary mismatch",
     "regression label out of range": "outside the declared range [0.0, 5.0]",
     "no data dir or hub": "has no Hub dataset; pass --data-dir",
+    "pooling on a stock model": "--pooling applies to XPT models",
 }
 
 

@@ -276,6 +276,28 @@ def test_sequence_classification_losses(source, tok, labels, problem, tmp_path):
     torch.testing.assert_close(model.xpt.encoder.layer[0].output.dense.weight, xpt.xpt.encoder.layer[0].output.dense.weight)
 
 
+@pytest.mark.parametrize("pooling", ["first", "mean"])
+def test_sentence_head_reads_the_pooled_states_and_ignores_padding(source, tok, pooling, tmp_path):
+    XPTForMaskedLM.from_source(source, tok).save_pretrained(tmp_path)
+    model = XPTForSequenceClassification.from_pretrained(tmp_path, num_labels=3, classifier_pooling=pooling).eval()
+    assert model.config.classifier_pooling == pooling
+    batch = padded_batch(tok, TEXTS)
+    with torch.no_grad():
+        logits = model(**batch).logits
+        hidden = model.xpt(**batch).last_hidden_state
+        alone = model(**tok(TEXTS[1], return_tensors="pt")).logits[0]
+    real = batch["attention_mask"].unsqueeze(-1).float()
+    pooled = hidden[:, 0] if pooling == "first" else (hidden * real).sum(1) / real.sum(1)
+    head = model.classifier
+    torch.testing.assert_close(logits, head.out_proj(torch.tanh(head.dense(pooled))), atol=1e-5, rtol=0)
+    torch.testing.assert_close(alone, logits[1], atol=1e-5, rtol=0)  # TEXTS[1] is padded in the batch
+
+
+def test_unknown_classifier_pooling_is_refused():
+    with pytest.raises(ValueError, match="classifier_pooling='max'"):
+        XPTConfig(classifier_pooling="max")
+
+
 # ---------------------------------------------------------------- save, fresh-process load, export
 
 FRESH_PROCESS = textwrap.dedent(

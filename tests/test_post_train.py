@@ -267,6 +267,7 @@ def test_config_groups_match_the_model_package():
     ({"tokenizer": "/nonexistent/korean-tokenizer"}, "tokenizer"),
     ({"source": "/nonexistent/english-model"}, "source"),
     ({"method": "xpt-plus"}, "method"),
+    ({"output_bias_init": "prior"}, "output_bias_init"),
     ({"learning_rate": "fast"}, "learning_rate"),
     ({"learning_rate": "nan"}, "learning_rate"),
     ({"mlm_probability": "inf"}, "mlm_probability"),
@@ -281,6 +282,29 @@ def test_bad_config_fails_before_training_naming_the_field(tiny, tmp_path, capsy
     err = capsys.readouterr().err
     assert f"`{field}`" in err, err
     assert not (tmp_path / "out").exists()  # nothing was trained or written
+
+
+def test_unigram_output_bias_starts_at_the_training_token_frequencies(tiny):
+    import datasets
+
+    from modeling_xpt import XPTForMaskedLM
+
+    source, tok_dir = tiny["bert"]
+    tok = word_tokenizer("bert", WORDS)
+    model = XPTForMaskedLM.from_source(str(source), tok)
+    special = tok.all_special_ids
+    plain = [i for i in range(len(tok)) if i not in special]
+    rows = datasets.Dataset.from_dict({"input_ids": [[tok.cls_token_id, plain[0], plain[0], plain[1], tok.sep_token_id],
+                                                     [tok.cls_token_id, plain[0], tok.sep_token_id]]})
+    post_train.init_output_bias(model, rows, special_ids=special)
+    vocab = model.config.vocab_size
+    counts = torch.zeros(vocab)
+    counts[plain[0]], counts[plain[1]] = 3, 1
+    expected = torch.log((counts + 1) / (counts.sum() + vocab))
+    bias = model.lm_head.bias.detach()
+    torch.testing.assert_close(bias[plain], expected[plain])
+    assert torch.all(bias[special] == expected.min()) and torch.all(bias[vocab:] == expected.min())
+    assert bias[plain[0]] > bias[plain[1]] > bias[plain[2]]
 
 
 def test_tokenizer_family_must_match_the_source(tiny, tmp_path, capsys):

@@ -88,6 +88,9 @@ class PostTrainConfig:
     tokenizer_train_sentences: int = arg(200000, "sentences of the train split the tokenizer is trained on")
     embedding_init: str = arg("random", "random (paper) | overlap")
     itl_init: str = arg("random", "random (paper) | copy")
+    output_bias_init: str = arg("unigram", "zeros (paper) | unigram: start the MLM output bias b (Eq. 5) at the log frequencies "
+                                "of the training tokens, so the first steps need not learn the frequency baseline "
+                                "through the hidden states (which collapses them to one vector at small budgets)")
     adapter_size: int = arg(64, "bottleneck width, method adapters only")
     train_fresh_head_in_phase1: bool = arg(True, "a source without an MLM head (e.g. all-MiniLM-L6-v2) gets a random head transform: train it in phase 1 (frozen it would stay random)")
     # --- data --------------------------------------------------------------------------------
@@ -392,6 +395,8 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
         raise ConfigError("push_to_hub", f"{c.push_to_hub!r}: use ORG/NAME, e.g. my-org/xpt-ko-4m")
     if c.embedding_init not in ("random", "overlap"):
         raise ConfigError("embedding_init", f"{c.embedding_init!r}: use 'random' or 'overlap'")
+    if c.output_bias_init not in ("zeros", "unigram"):
+        raise ConfigError("output_bias_init", f"{c.output_bias_init!r}: use 'zeros' or 'unigram'")
     if c.itl_init not in ("random", "copy"):
         raise ConfigError("itl_init", f"{c.itl_init!r}: use 'random' or 'copy'")
     if c.method == "adapters" and c.adapter_size <= 0:

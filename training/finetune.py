@@ -130,11 +130,16 @@ def max_input_length(requested: int, tokenizer, config) -> int:
     return limit
 
 
-def load_model(model: str, spec: TaskSpec, config, labels: list[str] | None):
+def load_model(model: str, spec: TaskSpec, config, labels: list[str] | None, pooling: str | None = None):
     import transformers
 
     auto_cls = getattr(transformers, HEAD_CLASSES[spec.task_type])
     kwargs: dict[str, Any] = {"trust_remote_code": True}
+    if pooling:
+        if getattr(config, "model_type", None) != "xpt":
+            raise TaskDataError(f"--pooling applies to XPT models; {model} is a {config.model_type!r} model "
+                                "(leave --pooling out to use its own head)")
+        kwargs["classifier_pooling"] = pooling
     if spec.task_type == "regression":
         kwargs.update(num_labels=1, problem_type="regression")
     elif spec.task_type in ("single", "pair", "token"):
@@ -148,7 +153,7 @@ def load_model(model: str, spec: TaskSpec, config, labels: list[str] | None):
         kwargs["ignore_mismatched_sizes"] = True
     try:
         return auto_cls.from_pretrained(model, **kwargs)
-    except (ValueError, OSError, RuntimeError) as error:
+    except (ValueError, OSError, RuntimeError, TypeError) as error:
         raise TaskDataError(f"cannot load {model} with {HEAD_CLASSES[spec.task_type]}: {_one_line(error)}") from None
 
 
@@ -367,7 +372,7 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
     from transformers import get_linear_schedule_with_warmup
 
     set_seed(seed)
-    model = load_model(args.model, spec, config, spec.labels)
+    model = load_model(args.model, spec, config, spec.labels, args.pooling)
     accepted = accepted_inputs(model)
     if args.peft == "lora":
         model = apply_lora(model, spec, args.lora_r, args.lora_alpha, args.lora_dropout)
@@ -467,7 +472,7 @@ def summarize(spec: TaskSpec, runs: list[dict[str, Any]], args, post_training, s
         "peft": args.peft,
         "hyperparameters": {k: getattr(args, k) for k in ("batch_size", "learning_rate", "epochs", "warmup_ratio",
                                                          "weight_decay", "max_length", "patience", "max_train_samples",
-                                                         "max_eval_samples", "lora_r", "lora_alpha")},
+                                                         "max_eval_samples", "lora_r", "lora_alpha", "pooling")},
         "num_examples": {name: len(rows) for name, rows in splits.items()},
         "task_spec": spec.to_dict(),
         "environment": {"device": str(args.device), "torch": torch.__version__, "transformers": transformers.__version__,
@@ -539,6 +544,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tokens per example after truncation (pairs: both sentences together)")
     p.add_argument("--doc-stride", type=int, default=128, help="QA window overlap (capped at max_length/4)")
     p.add_argument("--patience", type=int, default=0, help="stop after this many epochs without dev improvement (0: off)")
+    p.add_argument("--pooling", choices=["first", "mean"],
+                   help="what an XPT sentence head reads: the first token or the mean over tokens "
+                        "(default: the model's classifier_pooling, 'first' unless set)")
     p.add_argument("--peft", choices=["lora"], help="parameter-efficient fine-tuning instead of full fine-tuning")
     p.add_argument("--lora-r", type=int, default=8, help="LoRA rank (with --peft lora)")
     p.add_argument("--lora-alpha", type=int, default=16, help="LoRA scaling alpha (with --peft lora)")

@@ -183,6 +183,29 @@ def build_model(config: PostTrainConfig, source: str, tokenizer):
     raise ConfigError("method", f"unknown method {method!r}")
 
 
+def init_output_bias(model, train_rows, special_ids) -> None:
+    """b of Eq. 5 := log p(v), the add-one-smoothed frequency of token v in the training rows (special
+    tokens, never MLM labels, and padding rows get the smallest value). Softmax(b) is then the unigram
+    distribution at step 0. With b = 0 a small-budget run reaches that distribution through E_T g(h)
+    instead, by pushing every hidden state towards one direction, and fine-tuning starts from a
+    collapsed encoder. Written here because no library offers a prior-initialised output bias."""
+    import numpy as np
+    import torch
+
+    bias = model.lm_head.bias
+    counts = np.zeros(bias.numel(), dtype=np.int64)
+    for batch in train_rows.iter(batch_size=8192):
+        counts += np.bincount(np.concatenate([np.asarray(ids) for ids in batch["input_ids"]]), minlength=counts.size)
+    vocab = model.config.vocab_size
+    counts[list(special_ids)] = 0
+    log_p = np.log((counts[:vocab] + 1) / (counts[:vocab].sum() + vocab))
+    values = np.full(counts.size, log_p.min())
+    values[:vocab] = log_p
+    values[list(special_ids)] = log_p.min()
+    with torch.no_grad():
+        bias.copy_(torch.from_numpy(values).to(bias.dtype))
+
+
 def get_tokenizer(config: PostTrainConfig, output_dir: Path, splits, source_fam: str | None, accelerator, log):
     """The configured tokenizer, the one trained by an earlier (resumed) run, or a new one."""
     from transformers import AutoTokenizer
@@ -365,6 +388,8 @@ def train(config: PostTrainConfig) -> dict:
                                 packing=config.packing, cache_dir=config.cache_dir, cache_key=cache_key, log=log)
     stats = {split: row_stats(ds) for split, ds in rows.items()}
     log(f"data: {json.dumps(stats)}")
+    if config.output_bias_init == "unigram" and resume_from is None:
+        init_output_bias(model, rows["train"], special_ids=tokenizer.all_special_ids)
 
     masker = Masker(tokenizer, config.mlm_probability, config.mask_replace_prob, config.random_replace_prob,
                     config.whole_word_masking)
