@@ -475,6 +475,25 @@ def test_kill_mid_phase2_then_resume_matches_uninterrupted_run(tiny, tmp_path):
     assert [p["steps"] for p in b["phases"]] == [4, 6] and b["resumed"]
 
 
+@pytest.mark.parametrize("stop_after,num_workers", [(7, 0), (3, 2)], ids=["phase2-in-process", "phase1-workers"])
+def test_resume_with_dropout_on_matches_uninterrupted_run(tiny, tmp_path, stop_after, num_workers):
+    """Dropout draws from torch's global generator: nothing else on the resume path may draw from it.
+    Stopping at step 3 resumes from checkpoint 2 and crosses the phase boundary (step 4) after resuming."""
+    source = tmp_path / "source"
+    tiny_source("bert", word_tokenizer("bert", WORDS), source, dropout=0.1)
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    common = dict(source=source, train_steps=10, phase1_steps=4, save_steps=2, save_total_limit=2,
+                  num_workers=num_workers)
+    run_subprocess(run_args(tiny, full, **common))
+    proc = run_subprocess(run_args(tiny, cut, **common) + ["--stop-after-steps", str(stop_after)], check=False)
+    assert proc.returncode == 17, proc.stderr[-3000:]
+    run_subprocess(run_args(tiny, cut, **common) + ["--resume", "latest"])
+    assert losses(cut) == losses(full)
+    a = checkpoint_weights(latest_checkpoint(full))
+    b = checkpoint_weights(latest_checkpoint(cut))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_checkpoint_is_atomic_when_saving_crashes(tmp_path):
     class FakeAccelerator:
         is_main_process = True

@@ -490,7 +490,12 @@ class _RangeSampler(torch.utils.data.Sampler):
 
 def train_loader(dataset: TrainMicroBatches, start_step: int, stop_step: int, num_workers: int = 0):
     sampler = _RangeSampler(start_step * dataset.accumulation, stop_step * dataset.accumulation)
-    return torch.utils.data.DataLoader(dataset, batch_size=None, sampler=sampler, num_workers=num_workers)
+    # Every iterator draws a base seed from `generator`, by default torch's global one, which dropout
+    # also uses: a resumed run would then draw its dropout masks one number later than the run it
+    # continues. Batches do not depend on that seed (masks come from `row_rng`), so a private
+    # generator keeps the global stream for dropout alone.
+    return torch.utils.data.DataLoader(dataset, batch_size=None, sampler=sampler, num_workers=num_workers,
+                                       generator=torch.Generator())
 
 
 def eval_batches(rows, *, batch_size: int, rank: int, world: int, collate_kwargs: dict):
