@@ -189,7 +189,8 @@ def args_for(model: Path, task: str, data_dir: Path, out: Path, *extra) -> "argp
 def prepared(args):
     spec = spec_from_cli(args.task)
     splits = load_task_data(spec, args.data_dir, args.max_train_samples, args.max_eval_samples)
-    tokenizer, config = finetune.load_tokenizer_and_config(args.model, spec)
+    args.trust_remote_code = finetune.trusts_remote_code(args.model, args.trust_remote_code)
+    tokenizer, config = finetune.load_tokenizer_and_config(args.model, spec, args.trust_remote_code)
     features = finetune.build_features(spec, splits, tokenizer, 64, 16, config)
     return spec, splits, tokenizer, config, features
 
@@ -249,7 +250,8 @@ def test_lora_trains_only_adapters_and_head(kind, tmp_path):
     args = args_for(model_dir, "nsmc", data, tmp_path / "out", "--peft", "lora", "--epochs", 2, "--learning-rate", 1e-2)
     spec, splits, tokenizer, config, features = prepared(args)
     finetune.set_seed(0)
-    reference = finetune.load_model(str(model_dir), spec, config, spec.labels).state_dict()
+    reference = finetune.load_model(str(model_dir), spec, config, spec.labels,
+                                    trust_remote_code=args.trust_remote_code).state_dict()
     run, model = finetune.train_one_seed(args, spec, config, tokenizer, splits, features, 0, torch.device("cpu"), False)
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n or "modules_to_save" in n for n in trainable), trainable
@@ -378,6 +380,28 @@ def test_bad_input_fails_early_with_one_line(case, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and BAD_INPUT[case] in err[0], err
     assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_custom_code_runs_only_when_it_is_ours_or_trusted(tmp_path):
+    tokenizer = word_tokenizer("bert", KOREAN_WORDS)
+    ours = xpt_model_dir(tmp_path / "ours", tokenizer)
+    assert finetune.written_by_this_package(str(ours))
+    assert finetune.trusts_remote_code(str(ours), asked=False)
+    edited = xpt_model_dir(tmp_path / "edited", tokenizer)
+    with open(edited / "modeling_xpt.py", "a", encoding="utf-8") as f:
+        f.write("\n# edited after saving\n")
+    assert not finetune.trusts_remote_code(str(edited), asked=False)
+    assert finetune.trusts_remote_code(str(edited), asked=True)
+    assert not finetune.trusts_remote_code("some-org/some-model", asked=False)  # Hub ids: only when asked
+    # A fresh process, as users run it (in this one the package's classes are registered and would be used).
+    data = toy_sentiment_dir(tmp_path / "data")
+    argv = ["--model", edited, "--task", "nsmc", "--data-dir", data, "--output-dir", tmp_path / "out", *quick()]
+    refused = run_cli(*argv)
+    assert refused.returncode == 2 and not (tmp_path / "out" / "results.json").exists()
+    err = refused.stderr.strip().splitlines()
+    assert len(err) == 1 and "pass --trust-remote-code" in err[0], refused.stderr
+    assert run_cli(*argv, "--trust-remote-code").returncode == 0
+    assert (tmp_path / "out" / "results.json").is_file()
 
 
 def test_bad_input_cli_exit_2_without_traceback(tmp_path):

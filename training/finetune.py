@@ -4,8 +4,8 @@
     python training/finetune.py --model DIR --task korsts --data-dir ../shared/data/tasks/korsts \
         --seeds 3 --output-dir runs/ft/korsts [--max-train-samples N] [--epochs N] [--peft lora]
 
-Works with XPT folders (loaded through the Auto classes with ``trust_remote_code=True``) and stock
-Hub/local models alike (e.g. ``klue/roberta-base``), so they can be compared on equal terms. An MLM-only
+Works with XPT folders (loaded through the Auto classes; their code runs without asking only when it is
+this package's own, otherwise pass ``--trust-remote-code``) and stock Hub/local models alike (e.g. ``klue/roberta-base``), so they can be compared on equal terms. An MLM-only
 folder is fine: the Auto class adds a fresh task head.
 
 Defaults follow the XPT paper's fine-tuning table (Table A2): batch 32, learning rate 5e-5 (use
@@ -69,16 +69,35 @@ def _one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0] if text else ''}"
 
 
-def load_tokenizer_and_config(model: str, spec: TaskSpec):
+def written_by_this_package(model: str) -> bool:
+    """A local folder whose remote-code files are byte for byte this package's own: running them runs
+    nothing that importing this package would not."""
+    folder = Path(model)
+    package = REPO_ROOT / "modeling_xpt"
+    names = ("configuration_xpt.py", "modeling_xpt.py")
+    return folder.is_dir() and all((folder / n).is_file() and (folder / n).read_bytes() == (package / n).read_bytes()
+                                   for n in names)
+
+
+def trusts_remote_code(model: str, asked: bool) -> bool:
+    """Custom code runs only where the user asked for it (`--trust-remote-code`), or from folders
+    written by this package (`written_by_this_package`). Hub ids never run code unasked."""
+    return asked or written_by_this_package(model)
+
+
+def load_tokenizer_and_config(model: str, spec: TaskSpec, trust_remote_code: bool = False):
     """Tokenizer and config of `model`, checked against the task before any weights are loaded."""
     from transformers import AutoConfig, AutoTokenizer
 
+    hint = "" if trust_remote_code else (" (if you trust the code in that model folder or repo, pass "
+                                         "--trust-remote-code)")
     try:
-        config = AutoConfig.from_pretrained(model, trust_remote_code=True)
-    except Exception as error:  # missing folder, unknown model_type, bad JSON ...
-        raise TaskDataError(f"cannot read the model config of {model}: {_one_line(error)}") from None
+        config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
+    except Exception as error:  # missing folder, unknown model_type, bad JSON, custom code not trusted ...
+        raise TaskDataError(f"cannot read the model config of {model}: {_one_line(error)}"
+                            + (hint if "trust_remote_code" in str(error) else "")) from None
     try:
-        tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=True)
+        tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
     except Exception as error:
         raise TaskDataError(f"cannot load a tokenizer from {model}: {_one_line(error)}") from None
     check_head(config, spec, model)
@@ -130,11 +149,12 @@ def max_input_length(requested: int, tokenizer, config) -> int:
     return limit
 
 
-def load_model(model: str, spec: TaskSpec, config, labels: list[str] | None, pooling: str | None = None):
+def load_model(model: str, spec: TaskSpec, config, labels: list[str] | None, pooling: str | None = None,
+               trust_remote_code: bool = False):
     import transformers
 
     auto_cls = getattr(transformers, HEAD_CLASSES[spec.task_type])
-    kwargs: dict[str, Any] = {"trust_remote_code": True}
+    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
     if pooling:
         if getattr(config, "model_type", None) != "xpt":
             raise TaskDataError(f"--pooling applies to XPT models; {model} is a {config.model_type!r} model "
@@ -372,7 +392,7 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
     from transformers import get_linear_schedule_with_warmup
 
     set_seed(seed)
-    model = load_model(args.model, spec, config, spec.labels, args.pooling)
+    model = load_model(args.model, spec, config, spec.labels, args.pooling, args.trust_remote_code)
     accepted = accepted_inputs(model)
     if args.peft == "lora":
         model = apply_lora(model, spec, args.lora_r, args.lora_alpha, args.lora_dropout)
@@ -514,7 +534,10 @@ class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=_DefaultsFormatter)
-    p.add_argument("--model", required=True, help="model folder or Hub id (XPT folders load with trust_remote_code)")
+    p.add_argument("--model", required=True, help="model folder or Hub id")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="run the model's own Python code (needed for XPT models from the Hub or written by another "
+                        "version of this package; folders this package wrote are trusted without it)")
     p.add_argument("--task", required=True, help="registered task (python training/tasks.py lists them) or a new name")
     p.add_argument("--data-dir", help="folder with train/dev[/test].{tsv,csv,json,jsonl}; omit to use the task's Hub dataset")
     p.add_argument("--output-dir", required=True, help="where results.json and runs/seed_<s>.json are written")
@@ -573,7 +596,8 @@ def run(args) -> dict[str, Any]:
             raise TaskDataError(f"metric {name!r} does not fit a {spec.task_type} task; use one of {list(allowed)}")
     seeds = parse_seeds(args.seeds)
     splits = load_task_data(spec, args.data_dir, args.max_train_samples, args.max_eval_samples, args.data_seed)
-    tokenizer, config = load_tokenizer_and_config(args.model, spec)
+    args.trust_remote_code = trusts_remote_code(args.model, args.trust_remote_code)
+    tokenizer, config = load_tokenizer_and_config(args.model, spec, args.trust_remote_code)
     max_length = max_input_length(args.max_length, tokenizer, config)
     features = build_features(spec, splits, tokenizer, max_length, args.doc_stride, config)
     device = torch.device(args.device)
