@@ -264,6 +264,20 @@ def run_load_check(folder: Path, *, task: str, auto_class: str, texts: list[str]
             "problems": [f"load check crashed (exit {proc.returncode}): {proc.stderr[-3000:]}"]}
 
 
+def check_repo_id(repo_id: str) -> None:
+    """ORG/NAME, valid as the Hub validates it (characters, `--`/`..`, length), before anything is staged."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    if repo_id.count("/") != 1 or not all(repo_id.split("/")):
+        raise PushError(f"repo id {repo_id!r} must look like ORG/NAME (nothing uploaded)")
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        raise PushError(f"repo id {repo_id[:120]!r} is not valid on the Hub: {str(error).splitlines()[0]} "
+                        "(nothing uploaded)") from None
+
+
 def push_to_hub(model_dir: str | Path, repo_id: str, *, private: bool = False, revision: str | None = None,
                 fmt: str = "custom", dry_run: bool = False, token: str | None = None, load_check: bool = True,
                 regenerate_card: bool = True, commit_message: str | None = None, log=print,
@@ -278,8 +292,7 @@ def push_to_hub(model_dir: str | Path, repo_id: str, *, private: bool = False, r
         raise PushError(f"format {fmt!r}: choose custom or stock")
     if not model_dir.is_dir():
         raise PushError(f"{model_dir} is not a folder (nothing uploaded)")
-    if "/" not in repo_id or repo_id.count("/") != 1 or not all(repo_id.split("/")):
-        raise PushError(f"repo id {repo_id!r} must look like ORG/NAME (nothing uploaded)")
+    check_repo_id(repo_id)
     branch = revision or "main"
     with tempfile.TemporaryDirectory(prefix="xpt-push-") as tmp:
         stage = Path(tmp) / "stage"

@@ -437,6 +437,19 @@ def test_push_without_token_or_offline_uploads_nothing(trained_dir, no_token, mo
     assert no_token.calls == []
 
 
+@pytest.mark.parametrize("repo_id,message", [
+    ("xpt-ko", "must look like ORG/NAME"),
+    ("org/sub/xpt", "must look like ORG/NAME"),
+    ("org/bad name!", "is not valid on the Hub"),
+    ("org/..", "is not valid on the Hub"),
+    ("org/a--b", "is not valid on the Hub"),
+    ("org/" + "x" * 201, "is not valid on the Hub"),
+])
+def test_push_dry_run_refuses_repo_ids_the_hub_refuses(xpt_dir, repo_id, message):
+    with pytest.raises(push_module.PushError, match=message):
+        push_module.push_to_hub(xpt_dir, repo_id, dry_run=True, log=lambda *_: None)
+
+
 def test_push_cli_without_token_fails_clearly(trained_dir, tmp_path):
     env = {"HF_HOME": str(tmp_path / "hf"), "HF_TOKEN": "", "HF_HUB_OFFLINE": "0"}
     proc = cli("-m", "cards.push", "--model-dir", str(trained_dir), "--repo-id", "org/x", "--skip-load-check", "--license", "mit",
