@@ -109,6 +109,11 @@ class FolderInfo:
         return self.pipeline_tag not in ("fill-mask", "feature-extraction")
 
     @property
+    def is_untrained(self) -> bool:
+        """A conversion nobody has trained: no post-training record and no task head."""
+        return self.summary is None and not self.is_fine_tuned
+
+    @property
     def mask_token(self) -> str | None:
         return self.tokenizer_facts.get("mask_token")
 

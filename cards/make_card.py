@@ -718,10 +718,15 @@ def build_card(model_dir: str | Path, *, repo_id: str | None = None, license: st
     kind = {"fill-mask": "a Korean masked-language-model encoder",
             "text-classification": "a Korean text classifier"}.get(info.pipeline_tag, f"a Korean {info.pipeline_tag} model")
     source = _summary_source(info)
+    made = (f"{kind[0].upper() + kind[1:]} made from an English encoder by **cross-lingual post-training (XPT)**"
+            + (f" (English source: `{public_ref(source, 'model')}`)" if source else "") + ".")
+    if info.is_untrained:
+        made = ("**An untrained XPT conversion**" + (f" of `{public_ref(source, 'model')}`" if source else "")
+                + ": the English encoder's layers with new Korean embeddings and implicit translation layers that "
+                "have not been trained (the folder has no `training_summary.json`). Its predictions mean nothing "
+                "yet; post-train it (`training/post_train.py`) before use.")
     lines = [GENERATED_MARKER, "", f"# {model_name}", "",
-             f"{kind[0].upper() + kind[1:]} made from an English encoder by **cross-lingual post-training (XPT)**"
-             + (f" (English source: `{public_ref(source, 'model')}`)" if source else "") + "."
-             + (" This repository is the stock (no custom code) export." if variant == "stock" else ""), "",
+             made + (" This repository is the stock (no custom code) export." if variant == "stock" else ""), "",
              "## What XPT is", "",
              "XPT (Lee et al., 2021) reuses the Transformer layers of a pretrained English encoder for another "
              "language. The English word embeddings are dropped and new Korean embeddings are learned (the output "

@@ -293,6 +293,10 @@ def push_to_hub(model_dir: str | Path, repo_id: str, *, private: bool = False, r
     if not model_dir.is_dir():
         raise PushError(f"{model_dir} is not a folder (nothing uploaded)")
     check_repo_id(repo_id)
+    try:
+        untrained = inspect_folder(model_dir, load_tokenizer=False).is_untrained
+    except (ValueError, OSError):  # an unreadable folder is reported by the validation below
+        untrained = False
     branch = revision or "main"
     with tempfile.TemporaryDirectory(prefix="xpt-push-") as tmp:
         stage = Path(tmp) / "stage"
@@ -342,7 +346,8 @@ def push_to_hub(model_dir: str | Path, repo_id: str, *, private: bool = False, r
                 shown = ", ".join(f"{p.get('token_str', p.get('label'))!s} {p['score']:.3f}" for p in preds)
                 log(f"  {output['text']}  ->  {shown}")
         if dry_run:
-            log("dry run: publishable and loadable; nothing uploaded")
+            log("dry run: publishable and loadable" + (" (an UNTRAINED conversion: no training_summary.json)"
+                                                       if untrained else "") + "; nothing uploaded")
             return result
         if hub_offline():
             raise PushError("offline mode (HF_HUB_OFFLINE is set): cannot reach the Hub; nothing uploaded")

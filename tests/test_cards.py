@@ -450,6 +450,15 @@ def test_push_dry_run_refuses_repo_ids_the_hub_refuses(xpt_dir, repo_id, message
         push_module.push_to_hub(xpt_dir, repo_id, dry_run=True, log=lambda *_: None)
 
 
+def test_card_and_dry_run_say_when_a_folder_was_never_trained(xpt_dir, trained_dir):
+    assert "An untrained XPT conversion" in (xpt_dir / "README.md").read_text(encoding="utf-8")
+    assert "untrained" not in (trained_dir / "README.md").read_text(encoding="utf-8").lower()
+    logs = []
+    push_module.push_to_hub(xpt_dir, "org/xpt-untrained", dry_run=True, license="mit", load_check=False,
+                            log=logs.append)
+    assert any("UNTRAINED conversion" in line for line in logs), logs
+
+
 def test_push_cli_without_token_fails_clearly(trained_dir, tmp_path):
     env = {"HF_HOME": str(tmp_path / "hf"), "HF_TOKEN": "", "HF_HUB_OFFLINE": "0"}
     proc = cli("-m", "cards.push", "--model-dir", str(trained_dir), "--repo-id", "org/x", "--skip-load-check", "--license", "mit",

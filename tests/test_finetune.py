@@ -404,6 +404,22 @@ def test_custom_code_runs_only_when_it_is_ours_or_trusted(tmp_path):
     assert (tmp_path / "out" / "results.json").is_file()
 
 
+def test_two_runs_cannot_share_an_output_folder(tmp_path, capsys):
+    from training.checkpointing import folder_lock
+
+    data = toy_sentiment_dir(tmp_path / "data")
+    model = stock_model_dir(tmp_path / "m")
+    out = tmp_path / "out"
+    argv = ["--model", str(model), "--task", "nsmc", "--data-dir", str(data), "--output-dir", str(out), *quick()]
+    capsys.readouterr()
+    with folder_lock(out):
+        assert finetune.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is in use by process" in err[0], err
+    assert not (out / "results.json").exists()
+    assert finetune.main(argv) == 0 and (out / "results.json").is_file()
+
+
 def test_bad_input_cli_exit_2_without_traceback(tmp_path):
     result = run_cli(*bad_input_case("label outside the set", tmp_path))
     assert result.returncode == 2

@@ -375,6 +375,9 @@ def test_phase1_trains_only_its_groups_and_phase2_trains_everything(tiny, tmp_pa
     assert [p["steps"] for p in summary["phases"]] == [4, 4] and summary["total_steps"] == 8
     for key in ("loss", "perplexity", "hits@1", "hits@10", "mrr", "mean_rank"):
         assert math.isfinite(summary["final_metrics"][key])
+    hardware = summary["hardware"]  # the kind of device and the versions, not this machine's details
+    assert hardware["device"] == "cpu" and hardware["torch"] and hardware["transformers"]
+    assert not {"platform", "cpu_count", "hostname"} & set(hardware)
 
     source = source_weights(tiny["bert"][0])
     ckpts = dict(list_checkpoints(out))
@@ -492,6 +495,31 @@ def test_resume_with_dropout_on_matches_uninterrupted_run(tiny, tmp_path, stop_a
     a = checkpoint_weights(latest_checkpoint(full))
     b = checkpoint_weights(latest_checkpoint(cut))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_folder_in_use_is_refused_and_a_killed_holder_frees_it(tiny, tmp_path, capsys):
+    from training.checkpointing import folder_lock
+
+    out = tmp_path / "run"
+    with folder_lock(out):
+        assert post_train.main(run_args(tiny, out)) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"is in use by process {os.getpid()}" in err[0], err
+    assert not out.exists()  # the refused run wrote nothing, and the holder left no folder behind
+    holder = subprocess.Popen([PYTHON, "-c", "import sys, time; sys.path.insert(0, sys.argv[1]); "
+                               "from training.checkpointing import folder_lock\n"
+                               "with folder_lock(sys.argv[2]):\n    print('held', flush=True); time.sleep(600)",
+                               str(REPO_ROOT), str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert post_train.main(run_args(tiny, out)) == 2
+        assert f"in use by process {holder.pid}" in capsys.readouterr().err
+    finally:
+        holder.kill()  # SIGKILL: no clean-up code runs in the holder
+        holder.wait()
+    assert (out / ".lock").exists()  # the killed holder's file is still there, but its lock died with it
+    summary = run_inprocess(run_args(tiny, out, train_steps=2, phase1_steps=1))
+    assert summary["total_steps"] == 2 and not (out / ".lock").exists()
 
 
 def test_checkpoint_is_atomic_when_saving_crashes(tmp_path):

@@ -13,9 +13,11 @@ import json
 import os
 import re
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 STATE_FILE = "trainer_state.json"
+LOCK_FILE = ".lock"
 _NAME = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -74,3 +76,49 @@ def save_checkpoint(accelerator, output_dir, step: int, state: dict, keep: int, 
             shutil.rmtree(stale, ignore_errors=True)
     accelerator.wait_for_everyone()
     return final
+
+
+class FolderInUse(RuntimeError):
+    """Another live process holds the folder's lock."""
+
+
+@contextmanager
+def folder_lock(folder, enabled: bool = True):
+    """Hold `folder/.lock` while a run writes into `folder`; a second run on the same folder fails at
+    once. An OS lock (`flock`), not a marker file: the kernel releases it when the holder exits, however
+    it exits, so a crashed or killed run never leaves the folder locked. Hand-written because neither
+    Accelerate nor the Hub libraries guard an output folder. No-op where `fcntl` does not exist (Windows)."""
+    try:
+        import fcntl
+    except ImportError:
+        enabled = False
+    if not enabled:
+        yield
+        return
+    folder = Path(folder)
+    created = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK_FILE
+    handle = open(path, "a+", encoding="utf-8")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise FolderInUse(f"{folder} is in use by {holder}; wait for that run to end, or choose another "
+                          "output folder") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"process {os.getpid()}")
+    handle.flush()
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        handle.close()
+        if created:  # a run that failed before writing anything leaves no folder behind
+            try:
+                folder.rmdir()
+            except OSError:
+                pass

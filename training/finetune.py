@@ -582,6 +582,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args) -> dict[str, Any]:
+    """Fine-tune into `args.output_dir`, which no other run may write to meanwhile."""
+    from training.checkpointing import FolderInUse, folder_lock
+
+    try:
+        with folder_lock(args.output_dir):
+            return fine_tune(args)
+    except FolderInUse as error:  # raised only by the lock, before anything is read or written
+        raise TaskDataError(str(error)) from None
+
+
+def fine_tune(args) -> dict[str, Any]:
     import torch
 
     if args.device == "auto":

@@ -254,10 +254,12 @@ def hardware(accelerator) -> dict:
     import torch
     import transformers
 
+    # What a reader needs to place the figures (kind of device, versions), not this machine's details
+    # (host platform string, core count): the summary travels with the published weights.
     device = str(accelerator.device)
-    info = {"device": device, "num_processes": accelerator.num_processes,
+    info = {"device": device, "machine": platform.machine(), "num_processes": accelerator.num_processes,
             "mixed_precision": accelerator.mixed_precision, "torch": torch.__version__,
-            "transformers": transformers.__version__, "cpu_count": os.cpu_count(), "platform": platform.platform()}
+            "transformers": transformers.__version__, "python": platform.python_version()}
     if torch.cuda.is_available() and device.startswith("cuda"):
         info["gpu"] = torch.cuda.get_device_name(accelerator.device)
     return info
@@ -269,6 +271,17 @@ def hardware(accelerator) -> dict:
 
 
 def train(config: PostTrainConfig) -> dict:
+    """One post-training run into `config.output_dir`, which no other run may write to meanwhile."""
+    from training.checkpointing import FolderInUse, folder_lock
+
+    try:
+        with folder_lock(config.output_dir, enabled=int(os.environ.get("RANK", "0")) == 0):
+            return run_post_training(config)
+    except FolderInUse as error:  # raised only by the lock, before anything is read or written
+        raise ConfigError("output_dir", str(error)) from None
+
+
+def run_post_training(config: PostTrainConfig) -> dict:
     import torch
     from accelerate import Accelerator
     from accelerate.utils import set_seed
