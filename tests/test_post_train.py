@@ -307,6 +307,17 @@ def test_unigram_output_bias_starts_at_the_training_token_frequencies(tiny):
     assert bias[plain[0]] > bias[plain[1]] > bias[plain[2]]
 
 
+@pytest.mark.parametrize("over", ["source", "tokenizer", "data", "inside source"])
+def test_output_folder_may_not_overlap_an_input(tiny, tmp_path, capsys, over):
+    source, tok = tiny["bert"]
+    target = {"source": source, "tokenizer": tok, "data": tiny["corpus"], "inside source": source / "run"}[over]
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in Path(source).iterdir())
+    assert post_train.main(run_args(tiny, target)) == 2
+    err = capsys.readouterr().err
+    assert "`output_dir`" in err and "overlaps the" in err, err
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in Path(source).iterdir()) == before
+
+
 def test_tokenizer_family_must_match_the_source(tiny, tmp_path, capsys):
     argv = run_args(tiny, tmp_path / "out", tokenizer=tiny["roberta"][1])  # bert source, roberta tokenizer
     assert post_train.main(argv) == 2

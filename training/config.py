@@ -491,6 +491,21 @@ def _validate_paths(c: PostTrainConfig) -> None:
     if families["source"] and families["tokenizer"] and families["source"] != families["tokenizer"]:
         raise ConfigError("tokenizer", f"tokenizer family {families['tokenizer']!r} does not match the source family "
                           f"{families['source']!r} ({c.source}); train the tokenizer with --family {families['source']}")
+    _refuse_output_over_inputs(c, source)
+
+
+def _refuse_output_over_inputs(c: PostTrainConfig, source: str) -> None:
+    """The output folder must not be, contain or lie inside a folder the run reads (the English source,
+    the tokenizer, the data): saving would overwrite or mix with them."""
+    out = Path(c.output_dir).expanduser().resolve()
+    for name, value in (("source", source), ("tokenizer", c.tokenizer), ("data", c.data)):
+        local = resolve_local(value) if value else None
+        if local is None:
+            continue
+        read = local.resolve()
+        if read == out or read in out.parents or out in read.parents:
+            raise ConfigError("output_dir", f"{c.output_dir} overlaps the {name} folder {local}: the run would "
+                              f"write into what it reads; choose another output folder")
 
 
 def source_family(source: str) -> str | None:
