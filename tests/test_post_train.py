@@ -533,6 +533,41 @@ def test_a_folder_in_use_is_refused_and_a_killed_holder_frees_it(tiny, tmp_path,
     assert summary["total_steps"] == 2 and not (out / ".lock").exists()
 
 
+class _Payload:
+    def __reduce__(self):
+        return (os.system, ("touch PAYLOAD_RAN",))
+
+
+@pytest.mark.parametrize("damage", ["torn loss line", "truncated weights", "planted pickle"])
+def test_resume_survives_a_torn_log_and_skips_a_checkpoint_that_does_not_load(tiny, tmp_path, damage):
+    import pickle
+
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    common = dict(train_steps=10, phase1_steps=4, save_steps=2, save_total_limit=2)
+    run_subprocess(run_args(tiny, full, **common))
+    proc = run_subprocess(run_args(tiny, cut, **common) + ["--stop-after-steps", "7"], check=False)
+    assert proc.returncode == 17
+    latest = latest_checkpoint(cut)
+    assert latest.name == "checkpoint-6"
+    with open(cut / "losses.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"step": 8, "phase": "pha')  # the crash cut this line short
+    if damage == "truncated weights":
+        weights = latest / "pytorch_model.bin"
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    elif damage == "planted pickle":
+        (latest / "random_states_0.pkl").write_bytes(pickle.dumps(_Payload()))
+    proc = run_subprocess(run_args(tiny, cut, **common) + ["--resume", "latest"])
+    said = proc.stdout + proc.stderr
+    if damage == "torn loss line":
+        assert "checkpoint-6" in said and "skipping" not in said
+    else:
+        culprit = "pytorch_model.bin" if damage == "truncated weights" else "random_states_0.pkl"
+        assert f"skipping checkpoint-6: {culprit} does not load" in said, said[-2000:]
+        assert "resuming from the newest checkpoint that loads: checkpoint-2" in said
+    assert not (REPO_ROOT / "PAYLOAD_RAN").exists() and not (cut / "PAYLOAD_RAN").exists()
+    assert losses(cut) == losses(full)  # resumed exactly, from whichever checkpoint it used
+
+
 def test_checkpoint_is_atomic_when_saving_crashes(tmp_path):
     class FakeAccelerator:
         is_main_process = True

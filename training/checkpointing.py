@@ -43,6 +43,38 @@ def latest_checkpoint(output_dir) -> Path | None:
     return found[-1][1] if found else None
 
 
+def checkpoint_problem(checkpoint: Path) -> str | None:
+    """Why `checkpoint` cannot be resumed from (a file that does not load), or None. Every state file is
+    read the way Accelerate reads it on resume (`accelerate.utils.load`: tensors and plain data only, no
+    pickled code), so a truncated file or a planted pickle is found here, before anything is trained,
+    instead of failing halfway or being skipped silently (Accelerate ignores unreadable RNG states)."""
+    from accelerate.utils import load
+
+    checkpoint = Path(checkpoint)
+    try:
+        read_state(checkpoint)
+    except (OSError, ValueError) as error:
+        return f"{STATE_FILE}: {type(error).__name__}"
+    for path in sorted(checkpoint.iterdir()):
+        if path.suffix in (".bin", ".pkl", ".pt"):
+            try:
+                load(path, map_location="cpu")
+            except Exception as error:  # any failure to read means: do not resume from here
+                first = (str(error).strip().splitlines() or [""])[0][:120]
+                return f"{path.name} does not load ({type(error).__name__}: {first})"
+    return None
+
+
+def latest_usable_checkpoint(output_dir, log=print) -> Path | None:
+    """The newest checkpoint that loads; each newer one that does not is named with the reason."""
+    for _, path in reversed(list_checkpoints(output_dir)):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return path
+        log(f"warning: skipping {path.name}: {problem}")
+    return None
+
+
 def read_state(checkpoint: Path) -> dict:
     return json.loads((Path(checkpoint) / STATE_FILE).read_text())
 

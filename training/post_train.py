@@ -183,6 +183,14 @@ def build_model(config: PostTrainConfig, source: str, tokenizer):
     raise ConfigError("method", f"unknown method {method!r}")
 
 
+def _logged_step(line: str) -> int | None:
+    """The step of a losses.jsonl line; None for a line torn by a crash in mid-write (dropped on resume)."""
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def init_output_bias(model, train_rows, special_ids) -> None:
     """b of Eq. 5 := log p(v), the add-one-smoothed frequency of token v in the training rows (special
     tokens, never MLM labels, and padding rows get the smallest value). Softmax(b) is then the unigram
@@ -287,7 +295,14 @@ def run_post_training(config: PostTrainConfig) -> dict:
     from accelerate.utils import set_seed
     from tqdm.auto import tqdm
 
-    from training.checkpointing import latest_checkpoint, list_checkpoints, read_state, save_checkpoint
+    from training.checkpointing import (
+        checkpoint_problem,
+        latest_checkpoint,
+        latest_usable_checkpoint,
+        list_checkpoints,
+        read_state,
+        save_checkpoint,
+    )
     from training.mlm_data import (
         BatchSchedule,
         Masker,
@@ -348,11 +363,19 @@ def run_post_training(config: PostTrainConfig) -> dict:
         return json.loads((output_dir / SUMMARY_FILE).read_text())
     resume_from = None
     if config.resume == "latest":
-        resume_from = latest_checkpoint(output_dir)
+        resume_from = latest_usable_checkpoint(output_dir, log)
+        if resume_from is None and list_checkpoints(output_dir):
+            raise ConfigError("resume", f"no checkpoint in {output_dir}/checkpoints loads (reasons above); start "
+                              "over with --overwrite-output-dir true")
         if resume_from is None:
             log(f"--resume latest: no checkpoint in {output_dir}/checkpoints, starting from scratch")
+        elif resume_from != latest_checkpoint(output_dir):
+            log(f"resuming from the newest checkpoint that loads: {resume_from.name}")
     elif config.resume:
         resume_from = Path(config.resume)
+        problem = checkpoint_problem(resume_from)
+        if problem:
+            raise ConfigError("resume", f"{resume_from} cannot be resumed from: {problem}")
     state = read_state(resume_from) if resume_from else {
         "step": 0, "phase_index": 0, "phase_step": 0, "best_valid_loss": None, "bad_evals": 0,
         "tokens_seen": 0, "wall_time_s": 0.0, "train_time_s": 0.0, "phase_records": [], "valid_history": []}
@@ -426,7 +449,8 @@ def run_post_training(config: PostTrainConfig) -> dict:
     if accelerator.is_main_process:  # drop entries after the checkpoint we resume from
         kept = []
         if resume_from and loss_log.is_file():
-            kept = [line for line in loss_log.read_text().splitlines() if json.loads(line)["step"] <= state["step"]]
+            kept = [line for line in loss_log.read_text().splitlines()
+                    if _logged_step(line) is not None and _logged_step(line) <= state["step"]]
         loss_log.write_text("".join(line + "\n" for line in kept))
     if resume_from:
         log(f"resuming from {resume_from} (step {state['step']}, phase {phases[state['phase_index']].name} "
