@@ -40,10 +40,20 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    source = args.source
+    try:  # the same input checks as post-training, where the project's training/ folder is importable
+        from training.config import ConfigError, check_source_and_tokenizer
+    except ImportError:  # modeling_xpt installed alone: the loaders' own errors remain
+        pass
+    else:
+        try:
+            source = check_source_and_tokenizer(args.source, args.tokenizer)
+        except ConfigError as error:
+            raise ValueError(f"--{error.field}: {error.message}") from None
     torch.manual_seed(args.seed)
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     model = XPTForMaskedLM.from_source(
-        args.source,
+        source,
         tokenizer,
         init=args.init,
         itl_init=args.itl_init,

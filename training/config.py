@@ -52,6 +52,7 @@ class ConfigError(ValueError):
 
     def __init__(self, field_name: str, message: str):
         self.field = field_name
+        self.message = message
         super().__init__(f"config field `{field_name}`: {message}")
 
 
@@ -473,25 +474,33 @@ def _validate_phase(i: int, phase: PhaseConfig) -> None:
 
 
 def _validate_paths(c: PostTrainConfig) -> None:
-    """Missing local source/tokenizer fail here; Hub ids pass (not checked offline)."""
-    source = resolve_source(c.source)
+    source = check_source_and_tokenizer(c.source, c.tokenizer)
+    _refuse_output_over_inputs(c, source)
+
+
+def check_source_and_tokenizer(source: str, tokenizer: str | None) -> str:
+    """The English source (Hub id, folder or "package:NAME") and the target tokenizer, checked before
+    anything loads: missing local paths, folders without a checkpoint or tokenizer, and families that do
+    not match fail here (Hub ids pass: not checked offline). Returns the source as a loadable reference.
+    Shared by post-training and `python -m modeling_xpt.convert`."""
+    given, source = source, resolve_source(source)
     if resolve_local(source) is None and not looks_like_hub_id(source):
-        raise ConfigError("source", f"{c.source!r} is neither an existing folder nor a Hub model id")
+        raise ConfigError("source", f"{given!r} is neither an existing folder nor a Hub model id")
     local = resolve_local(source)
     if local is not None and not (local / "config.json").is_file():
         raise ConfigError("source", f"{local} has no config.json: not a transformers checkpoint")
-    if c.tokenizer is not None:
-        if resolve_local(c.tokenizer) is None and not looks_like_hub_id(c.tokenizer):
-            raise ConfigError("tokenizer", f"{c.tokenizer!r} is neither an existing folder nor a Hub tokenizer id")
-        local_tok = resolve_local(c.tokenizer)
+    if tokenizer is not None:
+        if resolve_local(tokenizer) is None and not looks_like_hub_id(tokenizer):
+            raise ConfigError("tokenizer", f"{tokenizer!r} is neither an existing folder nor a Hub tokenizer id")
+        local_tok = resolve_local(tokenizer)
         if local_tok is not None and local_tok.is_dir() and not any(
                 (local_tok / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.txt")):
             raise ConfigError("tokenizer", f"{local_tok} holds no tokenizer files (tokenizer.json / tokenizer_config.json)")
-    families = {"source": source_family(source), "tokenizer": tokenizer_family(c.tokenizer) if c.tokenizer else None}
+    families = {"source": source_family(source), "tokenizer": tokenizer_family(tokenizer) if tokenizer else None}
     if families["source"] and families["tokenizer"] and families["source"] != families["tokenizer"]:
         raise ConfigError("tokenizer", f"tokenizer family {families['tokenizer']!r} does not match the source family "
-                          f"{families['source']!r} ({c.source}); train the tokenizer with --family {families['source']}")
-    _refuse_output_over_inputs(c, source)
+                          f"{families['source']!r} ({given}); train the tokenizer with --family {families['source']}")
+    return str(local) if local is not None else source
 
 
 def _refuse_output_over_inputs(c: PostTrainConfig, source: str) -> None:
