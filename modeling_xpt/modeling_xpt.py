@@ -458,18 +458,21 @@ class XPTForMaskedLM(XPTPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        masked_only: bool = False,
         masked_capacity: int | None = None,
         **kwargs,
     ) -> MaskedLMOutput | tuple:
         r"""
-        labels: `(batch, length)` target ids at masked positions, -100 elsewhere. When given, the LM
-            head runs only at the masked positions: `logits` is `(num_masked, vocab_size)` in the
-            row-major order of `labels != -100`, and `loss` equals the dense cross-entropy. Without
-            labels, `logits` is `(batch, length, vocab_size)`.
-        masked_capacity: with labels, run the LM head on exactly this many rows (at least the number
-            of masked tokens): the masked positions first, in the same order, then unmasked filler
-            rows that the loss ignores. `loss` is unchanged; `logits` is `(masked_capacity, vocab_size)`.
-            A static shape: no data-dependent sizes for torch.compile and no host synchronisation.
+        labels: `(batch, length)` target ids at masked positions, -100 elsewhere; `loss` is the mean
+            cross-entropy over the masked positions (Eq. 5). `logits` is `(batch, length, vocab_size)`
+            as in every transformers masked LM.
+        masked_only: with labels, run the LM head only at the masked positions (the post-training
+            fast path, asked for by the training loop): `logits` is then `(num_masked, vocab_size)` in
+            the row-major order of `labels != -100`, and `loss` is unchanged.
+        masked_capacity: implies `masked_only`; run the LM head on exactly this many rows (at least
+            the number of masked tokens): the masked positions first, in the same order, then unmasked
+            filler rows that the loss ignores. `loss` is unchanged; `logits` is `(masked_capacity,
+            vocab_size)`. A static shape: no data-dependent sizes for torch.compile, no host sync.
         """
         outputs = self.xpt(
             input_ids,
@@ -481,8 +484,11 @@ class XPTForMaskedLM(XPTPreTrainedModel):
         )
         hidden_states = outputs.last_hidden_state
         loss = None
-        if labels is None:
+        if labels is None or not (masked_only or masked_capacity is not None):
             logits = self.lm_head(hidden_states)
+            if labels is not None:
+                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
+                                       reduction="sum", ignore_index=-100) / labels.ne(-100).sum().clamp(min=1)
         else:
             # The vocabulary projection is the largest matmul of the model; at 15% masking,
             # computing it only where a loss is taken saves ~85% of it and of its activations.

@@ -155,14 +155,18 @@ def random_batch(config, batch=3, length=12, seed=0):
     return ids, mask, labels
 
 
-def test_sparse_mlm_loss_equals_dense(source, tok):
+def test_labels_give_standard_logits_and_masked_only_the_same_loss(source, tok):
     model = XPTForMaskedLM.from_source(source, tok).eval()
     ids, mask, labels = random_batch(model.config)
     with torch.no_grad():
-        sparse = model(ids, attention_mask=mask, labels=labels)
+        standard = model(ids, attention_mask=mask, labels=labels)
+        sparse = model(ids, attention_mask=mask, labels=labels, masked_only=True)
         dense = model(ids, attention_mask=mask).logits
+    assert standard.logits.shape == (*ids.shape, model.config.vocab_size)  # like every transformers MLM
     assert dense.shape[-1] == model.config.vocab_size < model.config.padded_vocab_size
+    torch.testing.assert_close(standard.logits, dense)
     expected = F.cross_entropy(dense.view(-1, dense.shape[-1]), labels.view(-1), ignore_index=-100)
+    torch.testing.assert_close(standard.loss, expected, atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(sparse.loss, expected, atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(sparse.logits, dense[labels != -100], atol=1e-5, rtol=0)
 
@@ -174,7 +178,7 @@ def test_static_capacity_head_equals_exact_head(source, tok):
     assert model.config.hidden_dropout_prob == model.config.attention_probs_dropout_prob == 0.0
     ids, mask, labels = random_batch(model.config)
     n = int(labels.ne(-100).sum())
-    exact = model(ids, attention_mask=mask, labels=labels)
+    exact = model(ids, attention_mask=mask, labels=labels, masked_only=True)
     exact.loss.backward()
     grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
     model.zero_grad()

@@ -249,7 +249,7 @@ def evaluate(model, rows, *, accelerator, batch_size: int, collate_kwargs: dict)
         for batch in eval_batches(rows, batch_size=batch_size, rank=accelerator.process_index,
                                   world=accelerator.num_processes, collate_kwargs=collate_kwargs):
             batch = {k: v.to(accelerator.device) for k, v in batch.items()}
-            out = model(**batch)
+            out = model(**batch, masked_only=True)
             sums.add_batch(out.logits, batch["labels"][batch["labels"].ne(-100)])
     total = accelerator.reduce(sums.as_tensor().to(accelerator.device), reduction="sum")
     model.train(was_training)

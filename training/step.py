@@ -157,6 +157,7 @@ def training_step(model, batches: list[dict], optimizer, scheduler, accelerator,
     for a, host in enumerate(batches):
         n_local = masked[a]
         batch = {k: v.to(accelerator.device, non_blocking=non_blocking) for k, v in host.items() if k != "step"}
+        batch["masked_only"] = True  # the LM head only where a loss is taken
         if capacity:
             batch["masked_capacity"] = masked_capacity_for(host["labels"].shape[0], capacity["length"], n_local,
                                                            capacity["mlm_probability"])
