@@ -749,9 +749,13 @@ def build_card(model_dir: str | Path, *, repo_id: str | None = None, license: st
                                    body=localise("\n".join(lines), language))
 
 
-def write_card(model_dir: str | Path, **kwargs) -> Path:
-    card = build_card(model_dir, **kwargs)
+def write_card(model_dir: str | Path, overwrite: bool = False, **kwargs) -> Path:
+    """Write README.md; a card somebody edited (no GENERATED_MARKER line) is replaced only with `overwrite`."""
     out = Path(model_dir) / CARD_FILE
+    if out.is_file() and GENERATED_MARKER not in out.read_text(encoding="utf-8") and not overwrite:
+        raise ValueError(f"{out} was written or edited by hand (no generated-card marker); pass --overwrite "
+                         "to replace it, or move it away")
+    card = build_card(model_dir, **kwargs)
     card.save(out)
     return out
 
@@ -772,12 +776,13 @@ def main(argv=None) -> int:
                         "post-training corpus's stats.json, else ko)")
     parser.add_argument("--widget", action="append", default=[], help="widget example text (repeatable; default: "
                         "hand-written Korean sentences, or held-out sentences of the corpus for another language)")
+    parser.add_argument("--overwrite", action="store_true", help="replace a README.md written or edited by hand")
     args = parser.parse_args(argv)
     try:
         out = write_card(args.model_dir, repo_id=args.repo_id, license=args.license, base_model=args.base_model,
                          datasets=args.dataset, results=args.results, stock_repo_id=args.stock_repo_id,
                          custom_repo_id=args.custom_repo_id, revision=args.revision, require_license=True,
-                         language=args.language, widgets=args.widget or None)
+                         language=args.language, widgets=args.widget or None, overwrite=args.overwrite)
     except (FileNotFoundError, ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

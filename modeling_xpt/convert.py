@@ -16,7 +16,7 @@ import torch
 from transformers import AutoTokenizer
 
 from . import XPTForMaskedLM
-from ._cli import run
+from ._cli import check_output_folder, run
 from .tokenizer_files import save_tokenizer
 
 
@@ -35,6 +35,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--adapter-size", type=int, default=0, help="bottleneck adapters of this width (Adapters baseline)")
     parser.add_argument("--scratch", action="store_true", help="same architecture, all weights random (Scratch baseline)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random initialisation")
+    parser.add_argument("--overwrite", action="store_true", help="replace the contents of an existing --out folder")
     return parser.parse_args(argv)
 
 
@@ -50,6 +51,7 @@ def main(argv=None) -> int:
             source = check_source_and_tokenizer(args.source, args.tokenizer)
         except ConfigError as error:
             raise ValueError(f"--{error.field}: {error.message}") from None
+    check_output_folder(args.out, overwrite=args.overwrite, reads=(source, args.tokenizer))
     torch.manual_seed(args.seed)
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     model = XPTForMaskedLM.from_source(

@@ -14,7 +14,7 @@ import torch
 from transformers import AutoTokenizer
 
 from . import XPTForMaskedLM
-from ._cli import run
+from ._cli import check_output_folder, run
 from .tokenizer_files import save_tokenizer
 
 
@@ -23,7 +23,9 @@ def main(argv=None) -> int:
     parser.add_argument("model_dir", help="XPT model folder (post-trained or converted)")
     parser.add_argument("out", help="output folder for the stock model")
     parser.add_argument("--tolerance", type=float, default=1e-4, help="largest logit difference accepted in the check")
+    parser.add_argument("--overwrite", action="store_true", help="replace the contents of an existing output folder")
     args = parser.parse_args(argv)
+    check_output_folder(args.out, overwrite=args.overwrite, reads=(args.model_dir,))
 
     model = XPTForMaskedLM.from_pretrained(args.model_dir).eval()
     stock = model.to_stock()

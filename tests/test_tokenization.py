@@ -495,7 +495,7 @@ def test_cli_entry_points_subprocess(tmp_path, korean_sentences):
 
     assert info["vocab_size"] == len(AutoTokenizer.from_pretrained(tokdir)) >= 120
     r = subprocess.run([sys.executable, "-m", "tokenization.prepare_corpus", "--input", str(tmp_path / "missing.txt"),
-                        "--out", str(corpus)], cwd=REPO, capture_output=True, text=True, timeout=120)
+                        "--out", str(tmp_path / "corpus-2")], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "missing.txt" in r.stderr
 
 

@@ -466,7 +466,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--text-field", default="text", help="text field of .jsonl inputs and hf: datasets (default text)")
     p.add_argument("--max-docs", type=int, default=0, help="stop after N documents (0 = all)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--overwrite", action="store_true", help="replace the contents of an existing --out folder")
     a = p.parse_args(argv)
+    from modeling_xpt._cli import check_output_folder
+
+    try:
+        check_output_folder(a.out, overwrite=a.overwrite, reads=[i for i in a.input if not i.startswith("hf:")])
+    except ValueError as error:
+        raise InputError(str(error)) from None
     stats = prepare(a.input, a.out, valid=parse_split_size(a.valid, "valid"), test=parse_split_size(a.test, "test"),
                     seed=a.seed, min_chars=a.min_chars, max_chars=a.max_chars, require_hangul=not a.keep_non_hangul,
                     language=a.language, script=a.script,

@@ -268,8 +268,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--split", default="train", help="split of a prepared corpus to train on (default train)")
     p.add_argument("--max-texts", type=int, default=0, help="train on the first N texts only (0 = all)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--overwrite", action="store_true", help="replace the contents of an existing --out folder")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    from modeling_xpt._cli import check_output_folder
+
+    try:
+        check_output_folder(args.out, overwrite=args.overwrite, reads=(args.corpus,))
+    except ValueError as error:
+        raise InputError(str(error)) from None
 
     bad = Utf8Counter()
     texts: Iterable[str] = iter_corpus(args.corpus, args.split, bad)
