@@ -725,6 +725,10 @@ def _load_source(source) -> tuple[PreTrainedModel, bool]:
         transformers_logging.set_verbosity_error()
         try:
             model, info = AutoModelForMaskedLM.from_pretrained(str(source), output_loading_info=True, dtype=torch.float32)
+        except RuntimeError as error:  # e.g. config.json and weights of different sizes
+            first = (str(error).strip().splitlines() or [""])[0].split(" For details")[0]
+            raise ValueError(f"cannot load the source {source} ({first}); check that its config.json matches "
+                             "its weights") from None
         finally:
             transformers_logging.set_verbosity(verbosity)
         has_head = not any(k.startswith(head_prefixes) for k in info["missing_keys"])
