@@ -324,7 +324,8 @@ def task_folder(spec: StudySpec, out: Path, name: str) -> Path:
 def finetune_args(spec: StudySpec, name: str, model: Path, data_dir: Path, output_dir: Path, size: int) -> list[str]:
     options = {**{k: v for k, v in spec.finetune.items() if k != "seeds"}, **spec.tasks[name].finetune}
     argv = ["--model", str(model), "--task", name, "--data-dir", str(data_dir), "--output-dir", str(output_dir),
-            "--seeds", ",".join(str(s) for s in spec.seeds(size)), "--no-progress"]
+            "--seeds", ",".join(str(s) for s in spec.seeds(size)), "--no-progress",
+            "--trust-remote-code"]  # the study wrote these folders itself (possibly with an earlier version)
     for key, value in options.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]
     return argv
