@@ -318,6 +318,29 @@ def test_output_folder_may_not_overlap_an_input(tiny, tmp_path, capsys, over):
     assert sorted((p.name, p.stat().st_mtime_ns) for p in Path(source).iterdir()) == before
 
 
+@pytest.mark.parametrize("case", ["empty file", "latin-1 file", "truncated gzip", "empty folder", "binary file"])
+def test_unreadable_data_is_one_line_naming_the_fix(tiny, tmp_path, capsys, case):
+    import gzip
+
+    data = tmp_path / "data"
+    data.mkdir()
+    text = "\n".join(" ".join(random.Random(i).sample(WORDS, 5)) for i in range(300)) + "\n"
+    if case == "empty file":
+        (data / "a.txt").write_text("")
+    elif case == "latin-1 file":
+        (data / "a.txt").write_bytes(text.encode("utf-8") + "caf\xe9 cr\xe8me\n".encode("latin-1"))
+    elif case == "truncated gzip":
+        blob = gzip.compress(text.encode("utf-8"))
+        (data / "a.txt.gz").write_bytes(blob[: len(blob) // 2])
+    elif case == "binary file":
+        (data / "a.txt").write_bytes(bytes(range(256)) * 50)
+    assert post_train.main(run_args(tiny, tmp_path / "out", data=data)) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]  # besides progress bars
+    assert len(errors) == 1 and "`data`" in errors[0] and "prepare_corpus" in errors[0], err
+    assert "Traceback" not in err and not (tmp_path / "out" / "checkpoints").exists()
+
+
 def test_tokenizer_family_must_match_the_source(tiny, tmp_path, capsys):
     argv = run_args(tiny, tmp_path / "out", tokenizer=tiny["roberta"][1])  # bert source, roberta tokenizer
     assert post_train.main(argv) == 2

@@ -183,6 +183,14 @@ def build_model(config: PostTrainConfig, source: str, tokenizer):
     raise ConfigError("method", f"unknown method {method!r}")
 
 
+def _root_cause(error: BaseException) -> str:
+    """The innermost error of a chain (datasets wraps the reader's error), as one line."""
+    while error.__cause__ is not None or (error.__context__ is not None and not error.__suppress_context__):
+        error = error.__cause__ or error.__context__
+    text = (str(error).strip().splitlines() or [""])[0][:200]
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
 def _logged_step(line: str) -> int | None:
     """The step of a losses.jsonl line; None for a line torn by a crash in mid-write (dropped on resume)."""
     try:
@@ -390,11 +398,16 @@ def run_post_training(config: PostTrainConfig) -> dict:
     source_fam = source_family(source)
     cache_hf = str(Path(config.cache_dir) / "hf")
     with accelerator.main_process_first():
-        splits = load_text_splits(data, text_column=config.text_column, valid_size=config.valid_size,
-                                  test_size=config.test_size, data_config=config.data_config, cache_dir=cache_hf,
-                                  streaming=config.streaming,
-                                  stream_limit=(config.max_train_sentences + config.valid_size + config.test_size)
-                                  if config.max_train_sentences else None)
+        try:
+            splits = load_text_splits(data, text_column=config.text_column, valid_size=config.valid_size,
+                                      test_size=config.test_size, data_config=config.data_config, cache_dir=cache_hf,
+                                      streaming=config.streaming,
+                                      stream_limit=(config.max_train_sentences + config.valid_size + config.test_size)
+                                      if config.max_train_sentences else None)
+        except Exception as error:  # the user's files: datasets' generation errors, bad encodings, torn .gz ...
+            raise ConfigError("data", f"cannot read {data}: {_root_cause(error)}. Prepare raw text with `python -m "
+                              "tokenization.prepare_corpus --input FILES --out DIR` (it skips and counts bad "
+                              "lines) and train on --data DIR") from None
     if config.max_train_sentences:
         splits["train"] = splits["train"].select(range(min(config.max_train_sentences, len(splits["train"]))))
     if config.max_eval_sentences:
