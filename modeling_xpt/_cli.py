@@ -16,6 +16,12 @@ def run(main: Callable[[list[str] | None], int | None], argv: list[str] | None =
     sys.exit(code or 0)
 
 
+def overlapping(a, b) -> bool:
+    """Whether two paths are the same folder or one lies inside the other."""
+    a, b = Path(a).expanduser().resolve(), Path(b).expanduser().resolve()
+    return a == b or a in b.parents or b in a.parents
+
+
 def check_output_folder(out, *, overwrite: bool, reads: Iterable = ()) -> None:
     """Before a command writes `out`: refuse a folder that is, contains or lies inside one of the folders
     or files it `reads`, and a folder that already holds files unless `overwrite` (then it is emptied
@@ -24,8 +30,7 @@ def check_output_folder(out, *, overwrite: bool, reads: Iterable = ()) -> None:
     for read in reads:
         if read is None or not Path(read).expanduser().exists():
             continue  # Hub ids and the like are not local inputs
-        source = Path(read).expanduser().resolve()
-        if source == target or source in target.parents or target in source.parents:
+        if overlapping(out, read):
             raise ValueError(f"output {out} overlaps the input {read}: the command would write into what it "
                              "reads; choose another output folder")
     if target.is_file():

@@ -506,13 +506,11 @@ def check_source_and_tokenizer(source: str, tokenizer: str | None) -> str:
 def _refuse_output_over_inputs(c: PostTrainConfig, source: str) -> None:
     """The output folder must not be, contain or lie inside a folder the run reads (the English source,
     the tokenizer, the data): saving would overwrite or mix with them."""
-    out = Path(c.output_dir).expanduser().resolve()
+    from modeling_xpt._cli import overlapping
+
     for name, value in (("source", source), ("tokenizer", c.tokenizer), ("data", c.data)):
         local = resolve_local(value) if value else None
-        if local is None:
-            continue
-        read = local.resolve()
-        if read == out or read in out.parents or out in read.parents:
+        if local is not None and overlapping(c.output_dir, local):
             raise ConfigError("output_dir", f"{c.output_dir} overlaps the {name} folder {local}: the run would "
                               f"write into what it reads; choose another output folder")
 

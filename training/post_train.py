@@ -463,7 +463,7 @@ def run_post_training(config: PostTrainConfig) -> dict:
         kept = []
         if resume_from and loss_log.is_file():
             kept = [line for line in loss_log.read_text().splitlines()
-                    if _logged_step(line) is not None and _logged_step(line) <= state["step"]]
+                    if (step := _logged_step(line)) is not None and step <= state["step"]]
         loss_log.write_text("".join(line + "\n" for line in kept))
     if resume_from:
         log(f"resuming from {resume_from} (step {state['step']}, phase {phases[state['phase_index']].name} "
