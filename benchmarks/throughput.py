@@ -20,8 +20,8 @@ dropout on, one micro-batch of B rows x seq-len per step:
                 restarting positions, `TrainMicroBatches`), the model from `post_train.build_model`,
                 the optimiser from `post_train.build_optimizer`.
   xpt-eager     XPT without compile, static head and fused AdamW (the step before these changes).
-  xpt-eager-fused, xpt-compiled-exact-head, xpt-compiled-foreach
-                one setting of `xpt` changed each, to measure it on its own.
+  xpt-eager-fused, xpt-compiled-exact-head, xpt-compiled-foreach, xpt-fp32
+                one setting of `xpt` changed each, to measure it on its own (xpt-fp32: no autocast).
 
 Measurement: each path is built and warmed up (`--warmup` steps, where compilation happens; the
 first step's time is reported as compile time), then `--rounds` rounds visit the paths in turn
@@ -110,6 +110,7 @@ def path_table(best: SpeedSettings) -> dict[str, Path_]:
                                          SpeedSettings(best.mixed_precision, True, best.fused_adamw, False)),
         "xpt-compiled-foreach": Path_("xpt-compiled-foreach", False,
                                       SpeedSettings(best.mixed_precision, True, False, best.masked_capacity)),
+        "xpt-fp32": Path_("xpt-fp32", False, SpeedSettings("no", best.compile, best.fused_adamw, best.masked_capacity)),
     }
 
 

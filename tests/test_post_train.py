@@ -762,6 +762,10 @@ def test_speed_settings_auto_and_explicit(monkeypatch):
     assert long.compile and long.masked_capacity and long.mixed_precision == "no"
     monkeypatch.setattr(step, "cpu_has_fast_bf16", lambda: True)
     assert step.resolve_speed(PostTrainConfig(), "cpu", planned_steps=100).mixed_precision == "bf16"
+    long_bf16 = step.resolve_speed(PostTrainConfig(), "cpu", planned_steps=10 ** 6)
+    assert (long_bf16.mixed_precision, long_bf16.compile, long_bf16.masked_capacity) == ("bf16", False, False)
+    long_fp32 = step.resolve_speed(PostTrainConfig(mixed_precision="no"), "cpu", planned_steps=10 ** 6)
+    assert long_fp32.compile and long_fp32.masked_capacity
     off = step.resolve_speed(PostTrainConfig(mixed_precision="no", compile=False, fused_adamw=False,
                                              static_masked_head=False), "cuda")
     assert (off.mixed_precision, off.compile, off.fused_adamw, off.masked_capacity) == ("no", False, False, False)

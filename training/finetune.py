@@ -304,7 +304,15 @@ def collate(features, pad_token_id: int, task_type: str) -> dict[str, torch.Tens
 
 
 # --- evaluation ----------------------------------------------------------------------------------------------
-def predict(model, features, batch_size: int, pad_token_id: int, task_type: str, device, accepted: set[str]):
+def autocast(device, mixed_precision: str):
+    """bf16 autocast on `device` when `mixed_precision` is "bf16" (weights and the optimiser stay fp32)."""
+    import torch
+
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=mixed_precision == "bf16")
+
+
+def predict(model, features, batch_size: int, pad_token_id: int, task_type: str, device, accepted: set[str],
+            mixed_precision: str = "no"):
     import torch
 
     model.eval()
@@ -313,7 +321,7 @@ def predict(model, features, batch_size: int, pad_token_id: int, task_type: str,
         chunk = features[start:start + batch_size]
         batch = collate(chunk, pad_token_id, task_type)
         inputs = {k: v.to(device) for k, v in batch.items() if k in accepted}
-        with torch.no_grad():
+        with torch.no_grad(), autocast(device, mixed_precision):
             result = model(**inputs)
         if task_type == "qa":
             for i in range(len(chunk)):
@@ -365,7 +373,7 @@ def score(spec: TaskSpec, features, outputs, rows) -> dict[str, float]:
 
 def evaluate_split(model, spec, features, rows, args, pad_token_id, device, accepted) -> dict[str, float]:
     outputs = predict(model, features, args.eval_batch_size or 2 * args.batch_size, pad_token_id,
-                      spec.task_type, device, accepted)
+                      spec.task_type, device, accepted, args.mixed_precision)
     return score(spec, features, outputs, rows)
 
 
@@ -391,6 +399,10 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
     import torch
     from transformers import get_linear_schedule_with_warmup
 
+    from training.step import auto_mixed_precision
+
+    if args.mixed_precision == "auto":
+        args.mixed_precision = auto_mixed_precision(device.type)
     set_seed(seed)
     model = load_model(args.model, spec, config, spec.labels, args.pooling, args.trust_remote_code)
     accepted = accepted_inputs(model)
@@ -419,7 +431,8 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
         bar = tqdm(loader, desc=f"seed {seed} epoch {epoch}/{args.epochs}", leave=False, disable=not progress)
         for batch in bar:
             inputs = {k: v.to(device) for k, v in batch.items() if k in accepted}
-            loss = model(**inputs).loss
+            with autocast(device, args.mixed_precision):
+                loss = model(**inputs).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], args.max_grad_norm)
             optimizer.step()
@@ -446,6 +459,7 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
     run = {"seed": seed, "dev": best_score, "test": test[spec.metric] if test else None, "best_epoch": best_epoch,
            "dev_metrics": best_dev, "test_metrics": test, "epochs": epochs, "step_losses": step_losses,
            "train_examples": len(features["train"]), "wall_time_s": round(time.time() - started, 2),
+           "mixed_precision": args.mixed_precision,
            "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
            "total_parameters": sum(p.numel() for p in model.parameters())}
     return run, model
@@ -577,6 +591,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--post-training-method", help="label for results.json post_training.method (default: from training_summary.json)")
     p.add_argument("--post-training-sentences", type=int, help="post-training data size, if not in training_summary.json")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ...; auto: cuda when available")
+    p.add_argument("--mixed-precision", choices=["auto", "no", "bf16"], default="auto",
+                   help="bf16 autocast of forward and backward (weights and AdamW stay fp32); auto: bf16 on CUDA "
+                        "with bf16 and on CPUs with native bf16 (AVX512-BF16 or AMX), where it is faster, else no")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p
 

@@ -65,9 +65,11 @@ def resolve_speed(config, device: str, planned_steps: int | None = None) -> Spee
 
     Defaults, from the measurements in docs/BENCHMARKS.md:
     - mixed precision: `auto_mixed_precision`.
-    - compile: on CUDA; on CPU only for runs of at least `COMPILE_MIN_CPU_TOKENS` token slots
-      (steps x global batch x max_seq_length): on 2 cores each phase's compile costs minutes, which
-      a short run never earns back. `planned_steps=None`: a run long enough.
+    - compile: on CUDA; on CPU only in fp32 and for runs of at least `COMPILE_MIN_CPU_TOKENS` token
+      slots (steps x global batch x max_seq_length): on 2 cores each phase's compile costs minutes,
+      which a short run never earns back, and with bf16 autocast the compiled step was slower than
+      the eager one (1,078 against 1,320 real tokens/s at MiniLM size). `planned_steps=None`: a run
+      long enough.
     - fused AdamW: on (CPU and CUDA both have the kernel).
     - masked capacity: on whenever compiling (a static LM-head shape avoids recompiles); eager keeps
       the exact-size selection, which costs nothing there.
@@ -78,13 +80,13 @@ def resolve_speed(config, device: str, planned_steps: int | None = None) -> Spee
     cuda = device.startswith("cuda")
     long_run = planned_steps is None or \
         planned_steps * config.global_batch_size * config.max_seq_length >= COMPILE_MIN_CPU_TOKENS
-    compile_on = _auto_bool(config.compile, cuda or long_run)
+    compile_on = _auto_bool(config.compile, cuda or (long_run and mixed == "no"))
     fused = _auto_bool(config.fused_adamw, True)
     capacity = _auto_bool(config.static_masked_head, compile_on)
     return SpeedSettings(mixed, compile_on, fused, capacity)
 
 
-# CPU compile policy (measured on a 2-core AVX2 machine, docs/BENCHMARKS.md)
+# CPU compile policy for fp32 runs (measured on a 2-core AVX2 machine, docs/BENCHMARKS.md)
 COMPILE_MIN_CPU_TOKENS = 4_000_000
 
 
