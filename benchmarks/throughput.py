@@ -15,13 +15,15 @@ dropout on, one micro-batch of B rows x seq-len per step:
                 inside the model; fp32 eager, AdamW(fused=True) (the Trainer default on torch >= 2.8).
   stock-best    the same with XPT's best precision and compile settings.
   xpt           XPT as `post_train.py` runs it by default for a long run on this device
-                (`training.step.resolve_speed` with compile on): batches from `training/mlm_data.py`
+                (`training.step.resolve_speed`: bf16 autocast where the hardware has it; compile on CUDA
+                and on fp32 CPUs, eager under bf16 on CPU): batches from `training/mlm_data.py`
                 (`build_token_rows` next-fit packing, exact-count `Masker`, `collate`'s block mask and
                 restarting positions, `TrainMicroBatches`), the model from `post_train.build_model`,
                 the optimiser from `post_train.build_optimizer`.
   xpt-eager     XPT without compile, static head and fused AdamW (the step before these changes).
-  xpt-eager-fused, xpt-compiled-exact-head, xpt-compiled-foreach, xpt-fp32
-                one setting of `xpt` changed each, to measure it on its own (xpt-fp32: no autocast).
+  xpt-eager-fused, xpt-compiled, xpt-compiled-exact-head, xpt-compiled-foreach, xpt-fp32
+                one setting of `xpt` changed each, to measure it on its own (xpt-compiled: inductor with
+                the static head; xpt-fp32: no autocast).
 
 Measurement: each path is built and warmed up (`--warmup` steps, where compilation happens; the
 first step's time is reported as compile time), then `--rounds` rounds visit the paths in turn
@@ -110,6 +112,7 @@ def path_table(best: SpeedSettings) -> dict[str, Path_]:
                                          SpeedSettings(best.mixed_precision, True, best.fused_adamw, False)),
         "xpt-compiled-foreach": Path_("xpt-compiled-foreach", False,
                                       SpeedSettings(best.mixed_precision, True, False, best.masked_capacity)),
+        "xpt-compiled": Path_("xpt-compiled", False, SpeedSettings(best.mixed_precision, True, best.fused_adamw, True)),
         "xpt-fp32": Path_("xpt-fp32", False, SpeedSettings("no", best.compile, best.fused_adamw, best.masked_capacity)),
     }
 
@@ -358,10 +361,11 @@ def parse_args(argv=None):
     p.add_argument("--steps-per-round", type=int, default=3)
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per path (compilation happens here)")
     p.add_argument("--paths", nargs="+", default=list(DEFAULT_PATHS),
-                   help="of: stock-eager stock-best xpt xpt-eager xpt-eager-fused xpt-compiled-exact-head "
-                        "xpt-compiled-foreach")
-    p.add_argument("--compile", choices=("auto", "true", "false"), default="true",
-                   help="compile setting of the best (xpt, stock-best) paths (default true: a long run)")
+                   help="of: stock-eager stock-best xpt xpt-eager xpt-eager-fused xpt-compiled "
+                        "xpt-compiled-exact-head xpt-compiled-foreach xpt-fp32")
+    p.add_argument("--compile", choices=("auto", "true", "false"), default="auto",
+                   help="compile setting of the best (xpt, stock-best) paths; auto: what post_train.py picks "
+                        "for a long run on this device")
     p.add_argument("--mixed-precision", choices=("auto", "no", "bf16", "fp16"), default="auto")
     p.add_argument("--tokenizer", default=None)
     p.add_argument("--vocab-size", type=int, default=None, help="vocabulary of a tokenizer trained here")

@@ -409,6 +409,8 @@ def test_phase1_trains_only_its_groups_and_phase2_trains_everything(tiny, tmp_pa
     assert [p["steps"] for p in summary["phases"]] == [4, 4] and summary["total_steps"] == 8
     for key in ("loss", "perplexity", "hits@1", "hits@10", "mrr", "mean_rank"):
         assert math.isfinite(summary["final_metrics"][key])
+        assert math.isfinite(summary["frequency_baseline"][key])
+    assert summary["frequency_baseline"]["num_tokens"] == summary["final_metrics"]["num_tokens"]  # same masks
     hardware = summary["hardware"]  # the kind of device and the versions, not this machine's details
     assert hardware["device"] == "cpu" and hardware["torch"] and hardware["transformers"]
     assert not {"platform", "cpu_count", "hostname"} & set(hardware)
@@ -772,6 +774,42 @@ def test_speed_settings_auto_and_explicit(monkeypatch):
     assert "compile=off" in step.describe_speed(off, "cuda")
     with pytest.raises(ConfigError, match="`compile`"):
         validate_config(config_from_dict({"source": "x", "data": "y", "compile": "sometimes"}), check_data=False)
+
+
+def test_frequency_baseline_scores_tokens_by_their_train_frequency(tiny):
+    """The context-free baseline ranks every masked token by its train-split frequency: checked against a
+    hand count of the train rows and the masked labels of the same fixed masks."""
+    from collections import Counter
+
+    from accelerate import Accelerator
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    from training.mlm_data import eval_batches
+
+    tok = AutoTokenizer.from_pretrained(str(tiny["bert"][1]))
+
+    def rows(sentences):
+        ids = [[tok.cls_token_id] + [tok.convert_tokens_to_ids(w) for w in s.split()] + [tok.sep_token_id]
+               for s in sentences]
+        return Dataset.from_dict({"input_ids": ids, "word_start": [[1] * len(x) for x in ids],
+                                  "seg_lengths": [[len(x)] for x in ids]})
+
+    train, test = rows(KOREAN_SENTENCES[:10] * 3 + KOREAN_SENTENCES[:2]), rows(KOREAN_SENTENCES[:12])
+    kwargs = dict(masker=Masker(tok, 0.5), pad_id=tok.pad_token_id, position_offset=0, packing=True, seed=1234)
+    log_p = post_train.unigram_log_probs(train, tok.all_special_ids, len(tok), len(tok))
+    metrics = post_train.frequency_baseline(test, log_p, accelerator=Accelerator(cpu=True), batch_size=4,
+                                            collate_kwargs=kwargs)
+
+    counts = Counter(t for ids in train["input_ids"] for t in ids if t not in tok.all_special_ids)
+    labels = [int(t) for b in eval_batches(test, batch_size=4, rank=0, world=1, collate_kwargs=kwargs)
+              for t in b["labels"][b["labels"].ne(-100)]]
+    ranks = [1 + sum(c > counts[t] for c in counts.values()) for t in labels]  # strictly more frequent tokens
+    assert metrics["num_tokens"] == len(labels) > 10
+    assert metrics["hits@1"] == pytest.approx(sum(r == 1 for r in ranks) / len(labels))
+    assert metrics["mean_rank"] == pytest.approx(sum(ranks) / len(ranks))
+    expected_loss = -sum(float(log_p[t]) - float(torch.logsumexp(log_p.float(), 0)) for t in labels) / len(labels)
+    assert metrics["loss"] == pytest.approx(expected_loss, rel=1e-5)
 
 
 def test_masked_capacity_holds_every_count():

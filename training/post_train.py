@@ -199,27 +199,34 @@ def _logged_step(line: str) -> int | None:
         return None
 
 
-def init_output_bias(model, train_rows, special_ids) -> None:
-    """b of Eq. 5 := log p(v), the add-one-smoothed frequency of token v in the training rows (special
-    tokens, never MLM labels, and padding rows get the smallest value). Softmax(b) is then the unigram
-    distribution at step 0. With b = 0 a small-budget run reaches that distribution through E_T g(h)
-    instead, by pushing every hidden state towards one direction, and fine-tuning starts from a
-    collapsed encoder. Written here because no library offers a prior-initialised output bias."""
+def unigram_log_probs(train_rows, special_ids, vocab_size: int, size: int):
+    """log p(v): the add-one-smoothed frequency of token v in the training rows, as a float64 tensor of
+    `size` entries (>= vocab_size: padded embedding rows); special tokens, never MLM labels, and the
+    padding rows get the smallest value."""
     import numpy as np
     import torch
 
-    bias = model.lm_head.bias
-    counts = np.zeros(bias.numel(), dtype=np.int64)
+    counts = np.zeros(max(size, vocab_size), dtype=np.int64)
     for batch in train_rows.iter(batch_size=8192):
         counts += np.bincount(np.concatenate([np.asarray(ids) for ids in batch["input_ids"]]), minlength=counts.size)
-    vocab = model.config.vocab_size
     counts[list(special_ids)] = 0
-    log_p = np.log((counts[:vocab] + 1) / (counts[:vocab].sum() + vocab))
+    log_p = np.log((counts[:vocab_size] + 1) / (counts[:vocab_size].sum() + vocab_size))
     values = np.full(counts.size, log_p.min())
-    values[:vocab] = log_p
+    values[:vocab_size] = log_p
     values[list(special_ids)] = log_p.min()
+    return torch.from_numpy(values[:size])
+
+
+def init_output_bias(model, train_rows, special_ids) -> None:
+    """b of Eq. 5 := log p(v) (`unigram_log_probs`). Softmax(b) is then the unigram distribution at
+    step 0. With b = 0 a small-budget run reaches that distribution through E_T g(h) instead, by
+    pushing every hidden state towards one direction, and fine-tuning starts from a collapsed
+    encoder. Written here because no library offers a prior-initialised output bias."""
+    import torch
+
+    bias = model.lm_head.bias
     with torch.no_grad():
-        bias.copy_(torch.from_numpy(values).to(bias.dtype))
+        bias.copy_(unigram_log_probs(train_rows, special_ids, model.config.vocab_size, bias.numel()).to(bias.dtype))
 
 
 def get_tokenizer(config: PostTrainConfig, output_dir: Path, splits, source_fam: str | None, accelerator, log):
@@ -261,6 +268,23 @@ def evaluate(model, rows, *, accelerator, batch_size: int, collate_kwargs: dict)
             sums.add_batch(out.logits, batch["labels"][batch["labels"].ne(-100)])
     total = accelerator.reduce(sums.as_tensor().to(accelerator.device), reduction="sum")
     model.train(was_training)
+    return MetricSums.from_tensor(total.cpu()).compute()
+
+
+def frequency_baseline(rows, log_p, *, accelerator, batch_size: int, collate_kwargs: dict) -> dict:
+    """The metrics of `evaluate` for a predictor that ignores the context: every masked token scored by
+    its training-split log frequency `log_p` (`unigram_log_probs`), on the same fixed masks. A model that
+    has learnt nothing beyond token frequencies scores this; a run's metrics are read against it."""
+    from training.intrinsic import MetricSums
+    from training.mlm_data import eval_batches
+
+    sums = MetricSums()
+    scores = log_p.float()
+    for batch in eval_batches(rows, batch_size=batch_size, rank=accelerator.process_index,
+                              world=accelerator.num_processes, collate_kwargs=collate_kwargs):
+        labels = batch["labels"][batch["labels"].ne(-100)]
+        sums.add_batch(scores.expand(labels.numel(), -1), labels)
+    total = accelerator.reduce(sums.as_tensor().to(accelerator.device), reduction="sum")
     return MetricSums.from_tensor(total.cpu()).compute()
 
 
@@ -581,6 +605,10 @@ def run_post_training(config: PostTrainConfig) -> dict:
     final_split = "test" if "test" in rows and len(rows["test"]) else "valid"
     final_metrics = valid_metrics if final_split == "valid" else evaluate(
         model, rows["test"], accelerator=accelerator, batch_size=micro, collate_kwargs=eval_kwargs)
+    baseline_metrics = frequency_baseline(
+        rows[final_split], unigram_log_probs(rows["train"], tokenizer.all_special_ids, model.config.vocab_size,
+                                             model.config.vocab_size),
+        accelerator=accelerator, batch_size=micro, collate_kwargs=eval_kwargs)
     state["wall_time_s"] += time.time() - started
     info = hardware(accelerator)
     info["speed"] = {"compile": speed.compile, "fused_adamw": speed.fused_adamw,
@@ -610,6 +638,7 @@ def run_post_training(config: PostTrainConfig) -> dict:
         "valid_metrics": valid_metrics,
         "final_metrics": final_metrics,
         "final_metrics_split": final_split,
+        "frequency_baseline": baseline_metrics,  # same split and masks, context ignored
         "valid_history": state["valid_history"],
         "resumed": resume_from is not None,
         "config": config.to_dict(),
@@ -622,6 +651,9 @@ def run_post_training(config: PostTrainConfig) -> dict:
         (output_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
         log(f"saved model, tokenizer and {SUMMARY_FILE} to {output_dir}")
         log("final ({}): {}".format(final_split, ", ".join(f"{k} {v:.4g}" for k, v in final_metrics.items())))
+        log(f"frequency-only baseline ({final_split}, same masks, context ignored): hits@1 "
+            f"{baseline_metrics['hits@1']:.4g}, perplexity {baseline_metrics['perplexity']:.4g}; this model's hits@1 is "
+            f"{final_metrics['hits@1'] / max(baseline_metrics['hits@1'], 1e-12):.2f}x the baseline's")
         if not config.keep_checkpoints:  # optimiser states are not part of the model folder
             import shutil
 
