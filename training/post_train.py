@@ -145,12 +145,14 @@ class WOPObjective:
 
             def forward(self, wop_labels=None, **batch):
                 out = self.mlm(**batch, output_hidden_states=wop_labels is not None)
-                out.wop_loss_sum = torch.zeros((), device=batch["input_ids"].device)
+                # set as an item, not an attribute: accelerate's fp32 output conversion (bf16 autocast)
+                # rebuilds the output from its items
+                out["wop_loss_sum"] = torch.zeros((), device=batch["input_ids"].device)
                 if wop_labels is not None:
                     chosen = wop_labels.ne(-100)
                     logits = self.wop_head(out.hidden_states[-1][chosen]).float()
                     # an empty selection still runs the head, so DDP sees its (zero) gradient
-                    out.wop_loss_sum = F.cross_entropy(logits, wop_labels[chosen], reduction="sum") \
+                    out["wop_loss_sum"] = F.cross_entropy(logits, wop_labels[chosen], reduction="sum") \
                         if logits.shape[0] else logits.sum()
                     out.hidden_states = None
                 return out
