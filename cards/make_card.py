@@ -69,30 +69,52 @@ def source_license(source: str | None) -> str | None:
             from huggingface_hub import ModelCard
 
             licence = ModelCard.load(card).data.to_dict().get("license")
-            return licence if isinstance(licence, str) else None
+            # "other" names no licence here (a card this package wrote without one says "other")
+            return licence if isinstance(licence, str) and licence != "other" else None
         except Exception:  # an unreadable card states nothing
             return None
     return None
 
 
-def resolve_license(info: FolderInfo, explicit: str | None = None, *, required: bool = False,
-                    base_model: str | None = None) -> str | None:
-    """The licence of the weights: `explicit`, else the English source's (a scratch model has no
-    source: it needs `explicit`). None when unknown, or LicenseUnknown when `required`."""
+def known_license(explicit: str | None, method: str | None, sources) -> str | None:
+    """The licence of the weights: `explicit`, else the first known licence among `sources` (Hub
+    ids, ``package:NAME`` or local folders with a model card: the English source, or the model a
+    fine-tune started from). A scratch model reuses no source weights: only `explicit` counts."""
     if explicit:
         return explicit
-    method = (info.summary or {}).get("method") or ((info.own_results or {}).get("post_training") or {}).get("method")
-    candidates = [] if method == "scratch" else [base_model, info.config.get("source_name_or_path"), _summary_source(info)]
-    for candidate in candidates:
+    if method == "scratch":
+        return None
+    for candidate in sources:
         licence = source_license(candidate)
         if licence:
             return licence
-    if required:
-        shown = public_ref(_summary_source(info) or info.config.get("source_name_or_path"), "model")
-        raise LicenseUnknown(
-            f"licence of the weights unknown ({'a scratch model has no source licence' if method == 'scratch' else f'source {shown!r} has no recorded licence'}): "
-            "pass --license ID (the source model's licence, compatible with the post-training data's terms)")
     return None
+
+
+def license_unknown(method: str | None, source: str | None, fix: str = "pass --license ID") -> LicenseUnknown:
+    """The one-line error for weights whose licence is neither given nor known; `fix` names the option."""
+    why = ("a scratch model has no source licence" if method == "scratch"
+           else f"source {public_ref(source, 'model')!r} has no recorded licence")
+    return LicenseUnknown(f"licence of the weights unknown ({why}): {fix} (the source model's licence, compatible "
+                          "with the post-training data's terms)")
+
+
+def _method(info: FolderInfo) -> str | None:
+    return (info.summary or {}).get("method") or ((info.own_results or {}).get("post_training") or {}).get("method")
+
+
+def resolve_license(info: FolderInfo, explicit: str | None = None, *, required: bool = False,
+                    base_model: str | None = None) -> str | None:
+    """The licence of the weights: `explicit`, else the known licence of the model a fine-tune
+    started from, else the English source's (a scratch model has no source: it needs `explicit`).
+    None when unknown, or LicenseUnknown when `required`."""
+    method = _method(info)
+    fine_tuned_from = (info.own_results or {}).get("model") if info.is_fine_tuned else None
+    licence = known_license(explicit, method, [base_model, fine_tuned_from, info.config.get("source_name_or_path"),
+                                               _summary_source(info)])
+    if licence is None and required:
+        raise license_unknown(method, _summary_source(info) or info.config.get("source_name_or_path"))
+    return licence
 
 CITATION = """@article{lee2021xpt,
   title   = {Exploring the Data Efficiency of Cross-Lingual Post-Training in Pretrained Language Models},
@@ -137,6 +159,7 @@ DEFAULT_LANGUAGE = "ko"
 # Phrases about the paper's own (Korean) experiments: they stay as they are in any language's card.
 PAPER_PHRASES = ("4M Korean Wikipedia sentences", "beats Korean models")
 
+PAIR_EXAMPLE = ("한 남자가 기타를 치고 있다.", "남자가 악기를 연주하고 있다.")  # hand-written Korean
 CLASSIFICATION_EXAMPLES = [
     "이 영화는 정말 재미있었다.",
     "배우들의 연기가 어색해서 너무 지루했다.",
@@ -314,9 +337,11 @@ def resolve_base_model(info: FolderInfo, override: str | None = None) -> str | N
     """Hub id of the model this one was made from, or None (never a local path)."""
     if override:
         return override
-    method = (info.summary or {}).get("method") or ((info.own_results or {}).get("post_training") or {}).get("method")
-    if info.is_fine_tuned and info.own_results and looks_like_hub_id(info.own_results.get("model")):
-        return info.own_results["model"]
+    method = _method(info)
+    if info.is_fine_tuned and info.own_results:
+        # the model it was fine-tuned from (the post-trained encoder), by Hub id; a local folder has none
+        # here and is described in the card's body instead
+        return hub_source_id(info.own_results.get("model"))
     if method == "scratch":
         return None  # nothing of the English model is used
     for candidate in (info.config.get("source_name_or_path"), _summary_source(info)):
@@ -352,7 +377,7 @@ def eval_results(info: FolderInfo, data_name: str):
     hub_ids, _ = describe_data(_locate_spec(spec))
     dataset_type = hub_ids[0] if hub_ids else "held-out-text"
     for key, metric_type, name in INTRINSIC_METRICS:
-        if _num(metrics.get(key)):
+        if _num(metrics.get(key)) and not info.is_fine_tuned:  # a classifier does not fill masks
             results.append(EvalResult(
                 task_type="fill-mask", task_name="Masked language modelling (held-out text)",
                 dataset_type=dataset_type, dataset_name=data_name, dataset_split=split,
@@ -365,6 +390,16 @@ def eval_results(info: FolderInfo, data_name: str):
             continue
         task_name = str(result.get("task"))
         hub = task_hub_dataset(task_name)
+        saved = result.get("saved_model") if result is info.own_results else None
+        for split in ("test", "dev"):  # this checkpoint's own scores (its seed, its best dev epoch)
+            if saved and _num(saved.get(split)):
+                results.append(EvalResult(
+                    task_type=task[2] if task else "text-classification", task_name=task[0] if task else task_name,
+                    dataset_type=hub[0] if hub else task_name, dataset_config=hub[1] if hub else None,
+                    dataset_name=task[0] if task else task_name, dataset_split=split,
+                    metric_type=str(result.get("metric", "score")),
+                    metric_name=f"{result.get('metric', 'score')} (this model: seed {saved.get('seed')})",
+                    metric_value=round(float(saved[split]), DOWNSTREAM_DIGITS)))
         results.append(EvalResult(
             task_type=task[2] if task else "text-classification", task_name=task[0] if task else task_name,
             dataset_type=hub[0] if hub else task_name, dataset_config=hub[1] if hub else None,
@@ -382,7 +417,8 @@ def build_metadata(info: FolderInfo, tokenizer, *, model_name: str, license: str
 
     spec = _data_spec(info)
     hub_datasets, _ = describe_data(_locate_spec(spec))
-    all_datasets = list(dict.fromkeys([*hub_datasets, *datasets]))
+    task_dataset = task_hub_dataset((info.own_results or {}).get("task")) if info.is_fine_tuned else None
+    all_datasets = list(dict.fromkeys([*hub_datasets, *([task_dataset[0]] if task_dataset else []), *datasets]))
     family = info.config.get("source_architecture") or info.config.get("source_model_type") or info.config.get("model_type")
     tags = ["xpt", "cross-lingual-post-training", language_name(language).lower(), "encoder", info.pipeline_tag]
     if family in ("bert", "roberta", "xlm-roberta", "electra"):
@@ -537,13 +573,31 @@ def _made_section(info: FolderInfo, tokenizer) -> list[str]:
         lines.append("- **Hardware and software**: " + ", ".join(p for p in parts if p) + ".")
     own = info.own_results
     if own:
-        lines.append(f"- **Fine-tuning**: task `{own.get('task')}`, metric `{own.get('metric')}`"
+        task = describe_task(own.get("task"))
+        lines.append(f"- **Fine-tuning**: task `{own.get('task')}`" + (f" ({task[0]})" if task else "")
+                     + f", metric `{own.get('metric')}`"
                      + (f", seeds {own['seeds']}" if own.get("seeds") else "")
                      + (f", from `{public_ref(own['model'], 'model')}`" if own.get("model") else "") + ".")
+        saved = own.get("saved_model") or {}
+        if saved:
+            how = {"full": "every weight fine-tuned"}.get(saved.get("kind"), f"`{saved.get('kind')}`")
+            if str(saved.get("kind", "")).endswith("-merged"):
+                how = f"{saved['kind'].split('-')[0].upper()} adapters trained, then merged into the weights"
+            lines.append(f"- **This checkpoint**: seed {saved.get('seed')}, the seed with the best dev "
+                         f"{own.get('metric')}, at its best dev epoch ({saved.get('best_epoch')}); {how}.")
+        hp, sizes = own.get("hyperparameters") or {}, own.get("num_examples") or {}
+        parts = [f"{hp['epochs']} epochs at most" if _num(hp.get("epochs")) else None,
+                 f"batch {hp['batch_size']}" if _num(hp.get("batch_size")) else None,
+                 f"learning rate {hp['learning_rate']:g}" if _num(hp.get("learning_rate")) else None,
+                 f"at most {hp['max_length']} tokens per example" if _num(hp.get("max_length")) else None,
+                 ", ".join(f"{fmt_int(n)} {split} examples" for split, n in sizes.items() if _num(n)) or None]
+        if any(parts):
+            lines.append("- **Fine-tuning settings**: " + ", ".join(p for p in parts if p) + ".")
         post = own.get("post_training") or {}
         if post:
             lines.append("- **Post-training of the encoder**: "
-                         + ", ".join(f"{k} `{public_ref(v) if isinstance(v, str) else v}`" for k, v in post.items()) + ".")
+                         + ", ".join(f"{k} `{public_ref(v) if isinstance(v, str) else v}`" for k, v in post.items()
+                                     if v is not None) + ".")
     if info.summary:
         lines.append("")
         lines.append("The full record is in [`training_summary.json`](training_summary.json) (configuration included).")
@@ -558,8 +612,13 @@ def _results_section(info: FolderInfo) -> list[str]:
     split = s.get("final_metrics_split", "test")
     rows = [(name, final.get(key), valid.get(key)) for key, _, name in INTRINSIC_METRICS
             if _num(final.get(key)) or _num(valid.get(key))]
+    own = info.own_results if info.is_fine_tuned else None
+    if own and own.get("runs"):
+        lines += ["## Results", ""] + _seed_table(own)
     if rows:
-        lines += ["## Results", "", "### Intrinsic (masked tokens of held-out Korean text)", "",
+        lines += ([] if lines else ["## Results", ""]) + [
+                  "### Intrinsic (masked tokens of held-out Korean text)"
+                  + (", of the encoder before fine-tuning" if info.is_fine_tuned else ""), "",
                   f"Measured at the end of post-training on 15% masked tokens of the {split} split"
                   + (" (the valid split column is shown too)." if valid and split != "valid" else "."), ""]
         header = f"| metric | {split} |" + (" valid |" if valid and split != "valid" else "")
@@ -572,7 +631,7 @@ def _results_section(info: FolderInfo) -> list[str]:
                 row += f" {fmt_float(v_value, digits) if _num(v_value) else ''} |"
             lines.append(row)
         lines.append("")
-    downstream = [r for r in info.results if _num(r.get("mean"))]
+    downstream = [r for r in info.results if _num(r.get("mean")) and not (own and r is own and own.get("runs"))]
     if downstream:
         if not lines:
             lines += ["## Results", ""]
@@ -589,6 +648,40 @@ def _results_section(info: FolderInfo) -> list[str]:
     return lines
 
 
+def _seed_table(own: dict) -> list[str]:
+    """Every seed's dev and test score of a fine-tuning run (its best dev epoch), this checkpoint's marked."""
+    import statistics
+
+    task = describe_task(own.get("task"))
+    saved = (own.get("saved_model") or {}).get("seed")
+    runs = own["runs"]
+    has_test = any(_num(r.get("test")) for r in runs)
+    lines = [f"### Fine-tuning on {task[0] if task else own.get('task')}", "",
+             f"`{own.get('metric')}` of each seed at its best dev epoch (the epoch is chosen on dev; "
+             + ("the test split is only scored)." if has_test else "the task has no test split here).")
+             + (f" This checkpoint is seed {saved}." if saved is not None else ""), "",
+             "| seed | best epoch | dev |" + (" test |" if has_test else ""),
+             "| --- | --- | --- |" + (" --- |" if has_test else "")]
+    for run in runs:
+        seed = f"**{run.get('seed')} (this model)**" if run.get("seed") == saved else str(run.get("seed"))
+        row = f"| {seed} | {run.get('best_epoch', '')} | {fmt_float(run['dev'], 2) if _num(run.get('dev')) else ''} |"
+        if has_test:
+            row += f" {fmt_float(run['test'], 2) if _num(run.get('test')) else ''} |"
+        lines.append(row)
+
+    def mean_sd(values):
+        values = [v for v in values if _num(v)]
+        if not values:
+            return ""
+        sd = statistics.stdev(values) if len(values) > 1 else 0.0
+        return f"{fmt_float(statistics.fmean(values), 2)} ± {fmt_float(sd, 2)}"
+
+    row = f"| mean ± sd ({len(runs)} seeds) | | {mean_sd([r.get('dev') for r in runs])} |"
+    if has_test:
+        row += f" {mean_sd([r.get('test') for r in runs])} |"
+    return lines + [row, ""]
+
+
 def _usage_section(info: FolderInfo, repo_ref: str, widgets: list[dict], variant: str,
                    revision: str | None = None) -> list[str]:
     rev = f", revision={revision!r}" if revision else ""
@@ -603,11 +696,21 @@ def _usage_section(info: FolderInfo, repo_ref: str, widgets: list[dict], variant
                   "code, but transformers 5's `AutoTokenizer` reads `config.json` first and so asks about the custom "
                   f'code as well; `PreTrainedTokenizerFast.from_pretrained("{repo_ref}"{rev})` loads the same tokenizer '
                   "without asking.", ""]
+    spec = ((info.own_results or {}).get("task_spec") or {}) if info.is_fine_tuned else {}
+    call = repr(example)
+    if len(spec.get("text_columns") or []) == 2:  # a sentence-pair task: the pipeline takes both texts
+        second = widgets[1]["text"] if len(widgets) > 1 else PAIR_EXAMPLE[1]
+        call = repr({"text": example if widgets else PAIR_EXAMPLE[0], "text_pair": second})
     lines += ["```python", "from transformers import AutoTokenizer, " + auto + ", pipeline", "",
               f'tokenizer = AutoTokenizer.from_pretrained("{repo_ref}"{trust})',
               f'model = {auto}.from_pretrained("{repo_ref}"{trust})', "",
               f'pipe = pipeline("{info.pipeline_tag}", model="{repo_ref}"{trust})',
-              f"print(pipe({example!r}))", "```", ""]
+              f"print(pipe({call}))", "```", ""]
+    if spec.get("task_type") == "regression":
+        lines += [f"The output `score` is the predicted `{spec.get('label_column', 'score')}` itself (a regression "
+                  "head: no softmax or sigmoid is applied).", ""]
+    elif spec.get("task_type") == "pair":
+        lines += ["Pass the two sentences as `text` and `text_pair`, as above: the model was trained on pairs.", ""]
     if info.pipeline_tag == "fill-mask":
         lines += [f"The mask token of this tokenizer is `{info.mask_token}`; put it where a word is missing.", ""]
     if revision:
@@ -621,6 +724,11 @@ def _usage_section(info: FolderInfo, repo_ref: str, widgets: list[dict], variant
 
 def _stock_section(info: FolderInfo, variant: str, stock_repo_id: str | None, custom_ref: str | None) -> list[str]:
     lines = ["## Custom code and the stock export", ""]
+    if variant == "custom" and info.is_fine_tuned:
+        lines += ["The Hub's hosted inference does not run custom code, and the stock export "
+                  "(`python -m modeling_xpt.export_stock`) is for the masked-LM encoder only: run this model with "
+                  "`trust_remote_code=True` as above.", ""]
+        return lines
     if variant == "custom":
         lines.append("The Hub's hosted inference does not run custom code. An XPT model without adapters is exactly a "
                      "stock `BertForMaskedLM`/`RobertaForMaskedLM` with two more layers (ITL_in first, ITL_out last), "
@@ -661,9 +769,10 @@ def _limitations_section(info: FolderInfo, known_data) -> list[str]:
     method = s.get("method") or ((info.own_results or {}).get("post_training") or {}).get("method")
     if method != "scratch":
         lines.append("- The reused layers come from an English model: its own biases can carry over.")
-    lines.append("- An encoder: it fills masks and produces representations; it does not generate text. Fine-tune it "
-                 "for a downstream task.")
-    if info.is_fine_tuned:
+    if not info.is_fine_tuned:
+        lines.append("- An encoder: it fills masks and produces representations; it does not generate text. Fine-tune "
+                     "it for a downstream task.")
+    else:
         lines.append("- Fine-tuned on a single task; its predictions outside that task's domain and label set are not meaningful.")
     lines.append("")
     return lines
@@ -720,6 +829,19 @@ def build_card(model_dir: str | Path, *, repo_id: str | None = None, license: st
     source = _summary_source(info)
     made = (f"{kind[0].upper() + kind[1:]} made from an English encoder by **cross-lingual post-training (XPT)**"
             + (f" (English source: `{public_ref(source, 'model')}`)" if source else "") + ".")
+    own = info.own_results if info.is_fine_tuned else None
+    if own:
+        task = describe_task(own.get("task"))
+        spec = own.get("task_spec") or {}
+        kind = {"regression": "a Korean sentence-pair scoring model" if len(spec.get("text_columns") or []) == 2
+                else "a Korean text scoring model", "pair": "a Korean sentence-pair classifier"}.get(
+            spec.get("task_type"), kind)
+        base = resolve_base_model(info, base_model)
+        made = (f"{kind[0].upper() + kind[1:]}, fine-tuned on {task[0] if task else '`' + str(own.get('task')) + '`'}"
+                + (f" from [`{base}`](https://huggingface.co/{base})" if base else " from a post-trained XPT model "
+                   f"(`{public_ref(own.get('model'), 'model')}`)")
+                + ": a Korean encoder made from an English encoder by **cross-lingual post-training (XPT)**"
+                + (f" (English source: `{public_ref(source, 'model')}`)" if source else "") + ".")
     if info.is_untrained:
         made = ("**An untrained XPT conversion**" + (f" of `{public_ref(source, 'model')}`" if source else "")
                 + ": the English encoder's layers with new Korean embeddings and implicit translation layers that "
