@@ -6,6 +6,7 @@ Korean Unigram tokenizer trained on a slice of the shared NSMC/KorSTS data.
 """
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import subprocess
@@ -260,10 +261,241 @@ def test_lora_trains_only_adapters_and_head(kind, tmp_path):
     merged = model.merge_and_unload()  # base weights + LoRA deltas; frozen non-LoRA weights must be untouched
     changed = {n for n, t in merged.state_dict().items() if not torch.equal(t, reference[n])}
     encoder_prefix = merged.base_model_prefix + "."
-    for name in changed:  # only attention query/value (LoRA-merged) and the head moved
+    fresh = {n for n in changed if n.startswith(encoder_prefix + "pooler.")}  # random: not in the MLM checkpoint
+    assert fresh == ({encoder_prefix + "pooler.dense.weight", encoder_prefix + "pooler.dense.bias"}
+                     if kind == "bert" else set())
+    for name in changed - fresh:  # only attention query/value (LoRA-merged) and the head moved
         assert not name.startswith(encoder_prefix) or name.rsplit(".", 2)[-2] in ("query", "value"), name
     assert any(not n.startswith(encoder_prefix) for n in changed)  # the head trained
     assert any(".query." in n for n in changed) and any(".value." in n for n in changed)
+
+
+# --- the saved model --------------------------------------------------------------------------------------------
+def sts_rows(n: int, seed: int) -> list[list]:
+    """Toy STS: the score grows with the words two sentences share."""
+    gen = torch.Generator().manual_seed(seed)
+    rows = []
+    for i in range(n):
+        first = [KOREAN_WORDS[j] for j in torch.randint(len(KOREAN_WORDS), (3,), generator=gen).tolist()]
+        shared = i % 4
+        second = first[:shared] + [KOREAN_WORDS[j] for j in torch.randint(len(KOREAN_WORDS), (3 - min(shared, 3),),
+                                                                         generator=gen).tolist()]
+        rows.append([" ".join(first), " ".join(second), f"{min(shared, 3) * 5 / 3:.2f}"])
+    return rows
+
+
+def toy_sts_dir(root: Path) -> Path:
+    for split, n, seed in (("train", 48, 0), ("dev", 24, 1), ("test", 24, 2)):
+        write_tsv(root / f"{split}.tsv", ["sentence1", "sentence2", "score"], sts_rows(n, seed))
+    return root
+
+
+FRESH_LOGITS = r"""
+import importlib.abc, json, sys
+args = json.loads(sys.argv[1])
+
+
+class BlockProject(importlib.abc.MetaPathFinder):  # as a user without this project (an editable install too)
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("modeling_xpt", "training", "cards", "tokenization", "tests"):
+            raise ModuleNotFoundError(name)
+
+
+sys.meta_path.insert(0, BlockProject())
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+torch.set_num_threads(1)
+if args["adapter"]:
+    from peft import AutoPeftModelForSequenceClassification
+    model = AutoPeftModelForSequenceClassification.from_pretrained(args["dir"], trust_remote_code=args["trust"],
+                                                                   num_labels=args["num_labels"])
+else:
+    model = AutoModelForSequenceClassification.from_pretrained(args["dir"], trust_remote_code=args["trust"])
+tokenizer = AutoTokenizer.from_pretrained(args["dir"], trust_remote_code=args["trust"])
+encoded = tokenizer(args["texts"], padding=True, return_tensors="pt", return_token_type_ids=True)
+with torch.no_grad():
+    logits = model.eval()(**encoded).logits
+config = model.get_base_model().config if args["adapter"] else model.config
+print("FRESH " + json.dumps({"logits": logits.tolist(), "id2label": {str(k): v for k, v in config.id2label.items()},
+                             "module": type(model.get_base_model() if args["adapter"] else model).__module__}))
+"""
+
+
+def fresh_logits(folder: Path, texts: list[str], trust: bool, adapter: bool = False, num_labels: int = 2) -> dict:
+    """Load `folder` in a new interpreter that cannot import this project (`python -I`, another working
+    directory, no PYTHONPATH, an empty remote-code cache) and return its logits on `texts`."""
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("PYTHON")}
+    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(folder.parent / ".modules"), OMP_NUM_THREADS="1")
+    args = json.dumps({"dir": str(folder), "texts": texts, "trust": trust, "adapter": adapter, "num_labels": num_labels})
+    proc = subprocess.run([sys.executable, "-I", "-c", FRESH_LOGITS, args], cwd=folder.parent, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.split("FRESH ", 1)[1])
+
+
+SAVE_CASES = {  # name: (base model, fine-tuning options, folders written)
+    "xpt, full fine-tune": ("xpt", [], {"model"}),
+    "stock bert, full fine-tune": ("bert", [], {"model"}),
+    "xpt, lora merged": ("xpt", ["--peft", "lora", "--merge"], {"adapter", "model"}),
+    "stock bert, lora adapter only": ("bert", ["--peft", "lora"], {"adapter"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SAVE_CASES))
+def test_saved_folders_reload_in_a_fresh_process_with_identical_logits(case, tmp_path):
+    from training.finetuned_model import save_selected, saved_model_record
+
+    kind, options, folders = SAVE_CASES[case]
+    tokenizer = word_tokenizer("bert", KOREAN_WORDS)
+    model_dir = (stock_model_dir_with(tokenizer, tmp_path / "m") if kind == "bert"
+                 else xpt_model_dir(tmp_path / "m", tokenizer))
+    data = toy_sentiment_dir(tmp_path / "data")
+    args = args_for(model_dir, "nsmc", data, tmp_path / "out", *options, "--learning-rate", 1e-2)
+    spec, splits, tokenizer, config, features = prepared(args)
+    run, model = finetune.train_one_seed(args, spec, config, tokenizer, splits, features, 0, torch.device("cpu"), False)
+    texts = [row["document"] for row in splits["dev"][:5]]
+    encoded = tokenizer(texts, padding=True, return_tensors="pt", return_token_type_ids=True)
+    with torch.no_grad():
+        expected = model.eval()(**encoded).logits
+        merged = copy.deepcopy(model).merge_and_unload()(**encoded).logits if args.peft else expected
+    assert torch.allclose(merged, expected, atol=1e-5)  # merging LoRA changes the rounding only
+    results = {"task": "nsmc", "saved_model": saved_model_record(run, args.peft, args.merge)}
+    written = save_selected(model, tokenizer, tmp_path / "out", results, base_model=str(model_dir), peft=args.peft,
+                            merge=args.merge)
+    assert set(written) == folders and sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(folders)
+    trust = kind == "xpt"
+    if "adapter" in written:
+        adapter = written["adapter"]
+        assert {"adapter_config.json", "adapter_model.safetensors", "tokenizer.json", "results.json"} <= {
+            p.name for p in adapter.iterdir()}
+        assert json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"] == str(
+            model_dir.resolve())
+        fresh = fresh_logits(adapter, texts, trust, adapter=True)
+        assert fresh["logits"] == expected.tolist()  # the LoRA matrices and the trained head, on the base model
+    if "model" in written:
+        folder = written["model"]
+        config_json = json.loads((folder / "config.json").read_text())
+        assert config_json["id2label"] == {"0": "0", "1": "1"} and config_json["label2id"] == {"0": 0, "1": 1}
+        assert json.loads((folder / "results.json").read_text())["saved_model"]["seed"] == 0
+        assert json.loads((folder / "tokenizer_config.json").read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
+        assert not any(p.name.startswith("adapter") for p in folder.iterdir())  # a plain model, no PEFT files
+        if kind == "xpt":  # remote code: this package's own two files, so finetune.py trusts the folder
+            assert finetune.written_by_this_package(str(folder)) and "auto_map" in config_json
+            assert (folder / "training_summary.json").read_text() == (model_dir / "training_summary.json").read_text()
+        else:
+            assert not (folder / "modeling_xpt.py").exists() and "auto_map" not in config_json
+        fresh = fresh_logits(folder, texts, trust)
+        assert fresh["logits"] == merged.tolist()
+        assert fresh["id2label"] == {"0": "0", "1": "1"}
+        assert fresh["module"].startswith("transformers_modules." if trust else "transformers.models.bert")
+
+
+def test_saving_is_atomic(tmp_path, monkeypatch):
+    """A save that fails halfway leaves the earlier folder as it was and no temporary folder behind."""
+    from training import finetuned_model
+
+    folder = tmp_path / "out" / "model"
+    with finetuned_model.atomic_folder(folder) as tmp:
+        (tmp / "config.json").write_text("first")
+    with pytest.raises(OSError, match="disk full"):
+        with finetuned_model.atomic_folder(folder) as tmp:
+            (tmp / "config.json").write_text("second")
+            raise OSError("disk full")
+    assert [p.name for p in folder.parent.iterdir()] == ["model"] and (folder / "config.json").read_text() == "first"
+    with finetuned_model.atomic_folder(folder) as tmp:
+        (tmp / "config.json").write_text("third")
+    assert [p.name for p in folder.parent.iterdir()] == ["model"] and (folder / "config.json").read_text() == "third"
+    # a run killed while saving leaves a temporary folder: the next run into the folder removes it
+    (folder.parent / ".model.tmp-dead").mkdir()
+    finetuned_model.remove_stale(folder.parent)
+    assert [p.name for p in folder.parent.iterdir()] == ["model"]
+
+
+@pytest.fixture(scope="module")
+def sts_run(tmp_path_factory):
+    """One CLI run: a tiny XPT model, three seeds, four epochs on a toy STS with a test split, saved and
+    checked for publication (--push-to-hub --push-dry-run: card, validation, fresh-process load check)."""
+    import contextlib
+    import io
+
+    root = tmp_path_factory.mktemp("sts-run")
+    model_dir = xpt_model_dir(root / "xpt", word_tokenizer("bert", KOREAN_WORDS))
+    data = toy_sts_dir(root / "data")
+    out = root / "out"
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        code = finetune.main(["--model", str(model_dir), "--task", "korsts", "--data-dir", str(data),
+                              "--output-dir", str(out), "--no-progress", "--seeds", "0,1,2", "--epochs", "4",
+                              "--batch-size", "16", "--learning-rate", "3e-3", "--push-to-hub", "org/xpt-toy-sts",
+                              "--push-dry-run", "--license", "apache-2.0", "--base-model", "org/xpt-ko-toy"])
+    return {"code": code, "stdout": stdout.getvalue(), "out": out, "model": model_dir, "data": data}
+
+
+def test_the_saved_model_is_the_best_dev_seed_at_its_best_epoch(sts_run):
+    from transformers import AutoModelForSequenceClassification
+
+    assert sts_run["code"] == 0, sts_run["stdout"][-3000:]
+    out = sts_run["out"]
+    results = json.loads((out / "results.json").read_text())
+    devs = [run["dev"] for run in results["runs"]]
+    best = results["runs"][devs.index(max(devs))]
+    saved = results["saved_model"]
+    assert (saved["seed"], saved["best_epoch"], saved["dev"], saved["test"]) == (
+        best["seed"], best["best_epoch"], best["dev"], best["test"])
+    assert saved["selected_by"] == "dev" and saved["folders"] == {"model": "model"}
+    assert json.loads((out / "model" / "results.json").read_text()) == results
+    epochs = json.loads((out / "runs" / f"seed_{saved['seed']}.json").read_text())["epochs"]
+    # this setting exercises the selection: not the first seed, and not the last epoch
+    assert saved["seed"] != results["seeds"][0] and saved["best_epoch"] < len(epochs)
+    assert epochs[-1]["dev"]["spearman"] != saved["dev"]
+    # scored again, the saved weights give that seed's best-epoch dev and test scores
+    args = finetune.build_parser().parse_args(["--model", str(out / "model"), "--task", "korsts", "--data-dir",
+                                               str(sts_run["data"]), "--output-dir", str(out / "rescore"),
+                                               "--batch-size", "16"])
+    spec, splits, tokenizer, config, features = prepared(args)
+    model = AutoModelForSequenceClassification.from_pretrained(str(out / "model"), trust_remote_code=True)
+    accepted = finetune.accepted_inputs(model)
+    for split in ("dev", "test"):
+        scores = finetune.evaluate_split(model, spec, features[split], splits[split], args, tokenizer.pad_token_id,
+                                         torch.device("cpu"), accepted)
+        assert scores["spearman"] == pytest.approx(saved[split], abs=1e-9), split
+    assert model.config.id2label == {0: "score"} and model.config.problem_type == "regression"
+
+
+def test_push_dry_run_of_the_saved_model_and_its_card(sts_run, tmp_path):
+    from cards.make_card import build_card, write_card
+    from cards.public import find_local_paths
+    from cards.validate import validate_folder
+
+    assert sts_run["code"] == 0, sts_run["stdout"][-3000:]
+    stdout = sts_run["stdout"]
+    assert "load check in a fresh isolated process" in stdout and "dry run: publishable and loadable" in stdout
+    results = json.loads((sts_run["out"] / "results.json").read_text())
+    saved = results["saved_model"]
+    folder = tmp_path / "model"  # the card is written into a copy (the run's folder stays as saved)
+    __import__("shutil").copytree(sts_run["out"] / "model", folder)
+    card = build_card(folder, repo_id="org/xpt-toy-sts", license="apache-2.0", base_model="org/xpt-ko-toy")
+    meta = card.data.to_dict()
+    assert (meta["pipeline_tag"], meta["license"], meta["base_model"]) == ("text-classification", "apache-2.0",
+                                                                          "org/xpt-ko-toy")
+    assert "kakaobrain/kor_nlu" in meta["datasets"] and meta["language"] == "ko"
+    metrics = {(r["dataset"]["split"], m["name"]): m["value"] for r in meta["model-index"][0]["results"]
+               for m in r["metrics"]}
+    assert metrics[("test", f"spearman (this model: seed {saved['seed']})")] == round(saved["test"], 2)
+    assert metrics[("dev", f"spearman (this model: seed {saved['seed']})")] == round(saved["dev"], 2)
+    assert metrics[("test", "spearman (mean of 3 seeds)")] == round(results["mean"], 2)
+    assert not any("perplexity" in name or "hits" in name for _, name in metrics)  # no fill-mask claims
+    for run in results["runs"]:  # every seed's dev and test, this checkpoint's marked
+        seed = f"**{run['seed']} (this model)**" if run["seed"] == saved["seed"] else str(run["seed"])
+        assert f"| {seed} | {run['best_epoch']} | {run['dev']:.2f} | {run['test']:.2f} |" in card.text
+    assert "'text_pair'" in card.text and "A Korean sentence-pair scoring model, fine-tuned on KorSTS" in card.text
+    assert not find_local_paths(card.text) and str(sts_run["model"]) not in card.text
+    # without a Hub id for the model it started from, the card names none (and no local path either)
+    plain = build_card(folder, license="apache-2.0")
+    assert "base_model" not in plain.data.to_dict() and "from a post-trained XPT model (`local model`)" in plain.text
+    write_card(folder, repo_id="org/xpt-toy-sts", license="apache-2.0", base_model="org/xpt-ko-toy")
+    report = validate_folder(folder)
+    assert report.ok, report.format()
 
 
 def test_token_classification_ner_fixture(tmp_path):
@@ -357,6 +589,23 @@ def bad_input_case(case: str, tmp_path: Path) -> list[str]:
         task += ["--pooling", "mean"]
     elif case == "no data dir or hub":
         return ["--model", str(model), "--task", "kqp", "--output-dir", str(tmp_path / "out"), *quick()]
+    elif case == "merge without lora":
+        task += ["--merge"]
+    elif case == "push an adapter without merge":
+        task += ["--peft", "lora", "--push-to-hub", "org/x", "--push-dry-run"]
+    elif case == "push with --save-model none":
+        task += ["--save-model", "none", "--push-to-hub", "org/x", "--push-dry-run"]
+    elif case == "push to a repo id the Hub refuses":
+        task += ["--push-to-hub", "org/bad--name", "--push-dry-run"]
+    elif case == "push while offline":  # the test sets HF_HUB_OFFLINE
+        task += ["--push-to-hub", "org/x"]
+    elif case == "push a stock model":
+        task += ["--push-to-hub", "org/x", "--push-dry-run"]
+    elif case == "push without a known licence":  # the English source "tiny-bert" has no recorded licence
+        model = xpt_model_dir(tmp_path / "xpt", word_tokenizer("bert", KOREAN_WORDS))
+        task += ["--push-to-hub", "org/x", "--push-dry-run"]
+    elif case == "output folder would replace the model":
+        model = stock_model_dir(tmp_path / "out" / "model")
     return ["--model", str(model), *task, "--data-dir", str(data), "--output-dir", str(tmp_path / "out"), *quick()]
 
 
@@ -369,11 +618,20 @@ BAD_INPUT = {
     "regression label out of range": "outside the declared range [0.0, 5.0]",
     "no data dir or hub": "has no Hub dataset; pass --data-dir",
     "pooling on a stock model": "--pooling applies to XPT models",
+    "merge without lora": "--merge merges LoRA weights into the base model: use it with --peft lora",
+    "push an adapter without merge": "--push-to-hub with --peft lora publishes the merged model: add --merge",
+    "push with --save-model none": "--push-to-hub publishes the saved model: drop --save-model none",
+    "push to a repo id the Hub refuses": "repo id 'org/bad--name' is not valid on the Hub",
+    "push while offline": "offline mode (HF_HUB_OFFLINE is set)",
+    "push a stock model": "--push-to-hub publishes XPT models",
+    "push without a known licence": "source 'tiny-bert' has no recorded licence): pass --license ID",
+    "output folder would replace the model": "which is or holds --model",
 }
 
 
 @pytest.mark.parametrize("case", sorted(BAD_INPUT))
-def test_bad_input_fails_early_with_one_line(case, tmp_path, capsys):
+def test_bad_input_fails_early_with_one_line(case, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # nothing here may reach the network
     argv = bad_input_case(case, tmp_path)
     capsys.readouterr()  # drop the fixture's own output (weight-saving progress bars)
     assert finetune.main(argv) == 2

@@ -2,7 +2,8 @@
 """Fine-tune any encoder checkpoint on a Korean downstream task, over N seeds: `results.json`.
 
     python training/finetune.py --model DIR --task korsts --data-dir ../shared/data/tasks/korsts \
-        --seeds 3 --output-dir runs/ft/korsts [--max-train-samples N] [--epochs N] [--peft lora]
+        --seeds 3 --output-dir runs/ft/korsts [--max-train-samples N] [--epochs N] [--peft lora [--merge]] \
+        [--push-to-hub ORG/NAME [--push-dry-run]]
 
 Works with XPT folders (loaded through the Auto classes; their code runs without asking only when it is
 this package's own, otherwise pass ``--trust-remote-code``) and stock Hub/local models alike (e.g. ``klue/roberta-base``), so they can be compared on equal terms. An MLM-only
@@ -24,6 +25,12 @@ differ in the last digits.
 
 Outputs in ``--output-dir``: ``results.json`` (schema in DEVELOPERS.md), ``runs/seed_<s>.json`` (one
 per run: per-epoch train loss and dev metrics, step losses, best epoch) and a summary table on stdout.
+With ``--save-model best`` (the default) also the model of the seed with the best dev score, at its
+best dev epoch: ``model/`` (a full fine-tune, or with ``--peft lora --merge`` the merged model), loadable
+with ``AutoModelForSequenceClassification.from_pretrained(dir, trust_remote_code=True)``, and with
+``--peft lora`` its adapter in ``adapter/`` (see `training/finetuned_model.py`). ``--push-to-hub ORG/NAME``
+then publishes ``model/`` through ``cards.push`` (card, validation, fresh-process load check, one upload;
+``--push-dry-run`` checks without uploading); the options are checked before any training.
 Bad input (missing columns, labels outside the label set, empty split, no head for the task type,
 tokenizer/model vocabulary mismatch) exits with status 2 and a one-line message.
 """
@@ -49,6 +56,7 @@ import numpy as np  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
 from training import metrics_downstream  # noqa: E402
+from training.finetuned_model import SAVE_CHOICES  # noqa: E402
 from training.tasks import TaskDataError, TaskSpec, load_task_data, spec_from_cli  # noqa: E402
 
 PAPER_DEFAULTS = {"batch_size": 32, "learning_rate": 5e-5, "epochs": 10, "warmup_ratio": 0.06,
@@ -160,8 +168,9 @@ def load_model(model: str, spec: TaskSpec, config, labels: list[str] | None, poo
             raise TaskDataError(f"--pooling applies to XPT models; {model} is a {config.model_type!r} model "
                                 "(leave --pooling out to use its own head)")
         kwargs["classifier_pooling"] = pooling
-    if spec.task_type == "regression":
-        kwargs.update(num_labels=1, problem_type="regression")
+    if spec.task_type == "regression":  # the one output is named after the score column
+        kwargs.update(num_labels=1, problem_type="regression", id2label={0: spec.label_column},
+                      label2id={spec.label_column: 0})
     elif spec.task_type in ("single", "pair", "token"):
         kwargs.update(num_labels=len(labels), id2label=dict(enumerate(labels)),
                       label2id={label: i for i, label in enumerate(labels)},
@@ -172,19 +181,28 @@ def load_model(model: str, spec: TaskSpec, config, labels: list[str] | None, poo
     if any(a.endswith(head_suffix) for a in architectures) and kwargs.get("num_labels") not in (None, config.num_labels):
         kwargs["ignore_mismatched_sizes"] = True
     try:
-        return auto_cls.from_pretrained(model, **kwargs)
+        loaded, info = auto_cls.from_pretrained(model, output_loading_info=True, **kwargs)
     except (ValueError, OSError, RuntimeError, TypeError) as error:
         raise TaskDataError(f"cannot load {model} with {HEAD_CLASSES[spec.task_type]}: {_one_line(error)}") from None
+    # Weights the checkpoint lacks start random: the task head, and e.g. the pooler of a BERT model saved as
+    # BertForMaskedLM. apply_lora trains and saves them with the adapter, which otherwise could not be reloaded.
+    parameters = dict(loaded.named_parameters())
+    loaded.fresh_parameters = sorted(k for k in info.get("missing_keys") or [] if k in parameters)
+    return loaded
 
 
 def apply_lora(model, spec: TaskSpec, rank: int, alpha: int, dropout: float):
-    """LoRA on the attention query/value projections; the task head is trained in full (modules_to_save)."""
+    """LoRA on the attention query/value projections; the task head, and any encoder module whose weights
+    the checkpoint lacked (`load_model`'s `fresh_parameters`, e.g. a BERT pooler), are trained in full and
+    saved with the adapter (modules_to_save)."""
     from peft import LoraConfig, TaskType, get_peft_model
     from torch import nn
 
     prefix = model.base_model_prefix
     heads = [name for name, module in model.named_children()
              if name != prefix and any(True for _ in module.parameters())]
+    heads += sorted({name.rsplit(".", 1)[0] for name in getattr(model, "fresh_parameters", [])
+                     if name.startswith(prefix + ".")})
     targets = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
                       if isinstance(module, nn.Linear) and name.startswith(prefix + ".")
                       and name.rsplit(".", 1)[-1] in LORA_TARGET_NAMES})
@@ -588,6 +606,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lora-r", type=int, default=8, help="LoRA rank (with --peft lora)")
     p.add_argument("--lora-alpha", type=int, default=16, help="LoRA scaling alpha (with --peft lora)")
     p.add_argument("--lora-dropout", type=float, default=0.1, help="dropout on the LoRA path (with --peft lora)")
+    p.add_argument("--merge", action="store_true",
+                   help="with --peft lora: also save the LoRA weights merged into the base model (OUTPUT/model), "
+                        "a full model that loads without PEFT")
+    p.add_argument("--save-model", choices=SAVE_CHOICES, default="best",
+                   help="best: keep the model of the seed with the best dev score, at its best dev epoch (the one "
+                        "its test score is measured with), in OUTPUT/model (--peft lora: the adapter in "
+                        "OUTPUT/adapter, and with --merge the merged model in OUTPUT/model); none: scores only")
+    p.add_argument("--push-to-hub", metavar="ORG/NAME",
+                   help="after the run, publish OUTPUT/model through cards.push: model card, validation, a load "
+                        "check in a fresh process, one upload (XPT sequence-task models; needs `hf auth login`)")
+    p.add_argument("--push-dry-run", action="store_true",
+                   help="with --push-to-hub: write the card, validate and load-check what would be uploaded; "
+                        "upload nothing")
+    p.add_argument("--hub-private", action="store_true", help="with --push-to-hub: create the repo private")
+    p.add_argument("--license", help="licence id of the published weights (default: the known licence of --model "
+                        "or of its English source; otherwise --push-to-hub asks for it)")
+    p.add_argument("--base-model", metavar="ORG/NAME",
+                   help="Hub id of --model, named as the card's base_model (default: --model when it is a Hub id; "
+                        "a local folder is described, never named)")
     p.add_argument("--post-training-method", help="label for results.json post_training.method (default: from training_summary.json)")
     p.add_argument("--post-training-sentences", type=int, help="post-training data size, if not in training_summary.json")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ...; auto: cuda when available")
@@ -609,13 +646,89 @@ def run(args) -> dict[str, Any]:
         raise TaskDataError(str(error)) from None
 
 
+class PushFailed(RuntimeError):
+    """The run finished and saved its model, but publishing it failed; the message says how to retry."""
+
+
+def check_save_options(args) -> None:
+    """The saving and publishing options against each other, before anything is loaded."""
+    if args.merge and args.peft != "lora":
+        raise TaskDataError("--merge merges LoRA weights into the base model: use it with --peft lora")
+    if args.merge and args.save_model == "none":
+        raise TaskDataError("--merge saves a merged model: drop --save-model none")
+    if not args.push_to_hub:
+        if args.push_dry_run or args.hub_private:
+            raise TaskDataError(f"{'--push-dry-run' if args.push_dry_run else '--hub-private'} goes with "
+                                "--push-to-hub ORG/NAME")
+        return
+    from cards.push import PushError, check_repo_id, find_token, hub_offline
+
+    if args.save_model == "none":
+        raise TaskDataError("--push-to-hub publishes the saved model: drop --save-model none")
+    if args.peft and not args.merge:
+        raise TaskDataError(f"--push-to-hub with --peft {args.peft} publishes the merged model: add --merge "
+                            "(the adapter alone is saved in OUTPUT/adapter)")
+    try:
+        check_repo_id(args.push_to_hub)
+    except PushError as error:
+        raise TaskDataError(f"--push-to-hub: {error}") from None
+    if not args.push_dry_run:
+        if hub_offline():
+            raise TaskDataError("--push-to-hub: offline mode (HF_HUB_OFFLINE is set) cannot reach the Hub; unset it "
+                                "or add --push-dry-run")
+        if not find_token():
+            raise TaskDataError("--push-to-hub: no Hugging Face token; run `hf auth login` (or set HF_TOKEN), or add "
+                                "--push-dry-run")
+
+
+def check_publishable(args, spec: TaskSpec, config, post_training: dict[str, Any] | None) -> None:
+    """What saving and publishing need from the model and task, checked before any training."""
+    if args.save_model != "none" and Path(args.model).exists():
+        source, target = Path(args.model).resolve(), (Path(args.output_dir) / "model").resolve()
+        if source == target or target in source.parents:  # saving would replace the folder being read
+            raise TaskDataError(f"--output-dir {args.output_dir}: the model is saved in its model/ folder, which is "
+                                f"or holds --model {args.model}; choose another output folder")
+    if not args.push_to_hub:
+        return
+    if getattr(config, "model_type", None) != "xpt":
+        raise TaskDataError(f"--push-to-hub publishes XPT models (their card, remote code and checks); {args.model} "
+                            f"is a {config.model_type!r} model: its fine-tuned copy is saved in OUTPUT/model")
+    if spec.task_type not in ("single", "pair", "regression"):
+        raise TaskDataError(f"--push-to-hub publishes text-classification models (single, pair and regression "
+                            f"tasks); a {spec.task_type} task's model is saved in OUTPUT/model, not published")
+    from cards.make_card import known_license, license_unknown
+
+    method = (post_training or {}).get("method")
+    english = getattr(config, "source_name_or_path", None) or (post_training or {}).get("source_model")
+    if known_license(args.license, method, [args.base_model, args.model, english,
+                                            (post_training or {}).get("source_model")]) is None:
+        raise TaskDataError(f"--push-to-hub: {license_unknown(method, english)}")
+
+
+def publish(args, model_dir: Path) -> None:
+    """`cards.push` on the saved model: card, validation, fresh-process load check, upload (or dry run)."""
+    from cards.push import PushError, push_to_hub
+
+    card = {k: v for k, v in dict(license=args.license, base_model=args.base_model).items() if v}
+    try:
+        push_to_hub(model_dir, args.push_to_hub, private=args.hub_private, dry_run=args.push_dry_run,
+                    require_license=True, **card)
+    except PushError as error:
+        raise PushFailed(f"push to {args.push_to_hub} failed: {error}. The model is saved in {model_dir}; after "
+                         f"fixing that, run `python -m cards.push --model-dir {model_dir} --repo-id "
+                         f"{args.push_to_hub}`") from None
+
+
 def fine_tune(args) -> dict[str, Any]:
     import torch
+
+    from training.finetuned_model import MODEL_DIR, adapter_usage, remove_stale, save_selected, saved_model_record
 
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.max_length < 8:
         raise TaskDataError("--max-length must be at least 8")
+    check_save_options(args)
     spec = spec_from_cli(args.task, args.task_spec, args.task_type, args.text_columns, args.label_column,
                          args.labels, args.metric)
     allowed = metrics_downstream.METRICS_FOR_TYPE[spec.task_type]
@@ -626,13 +739,15 @@ def fine_tune(args) -> dict[str, Any]:
     splits = load_task_data(spec, args.data_dir, args.max_train_samples, args.max_eval_samples, args.data_seed)
     args.trust_remote_code = trusts_remote_code(args.model, args.trust_remote_code)
     tokenizer, config = load_tokenizer_and_config(args.model, spec, args.trust_remote_code)
+    post_training = post_training_info(args.model, args.post_training_method, args.post_training_sentences)
+    check_publishable(args, spec, config, post_training)
     max_length = max_input_length(args.max_length, tokenizer, config)
     features = build_features(spec, splits, tokenizer, max_length, args.doc_stride, config)
     device = torch.device(args.device)
     out_dir = Path(args.output_dir)
     (out_dir / "runs").mkdir(parents=True, exist_ok=True)
-    post_training = post_training_info(args.model, args.post_training_method, args.post_training_sentences)
-    runs = []
+    remove_stale(out_dir)
+    runs, kept = [], None  # kept: (run record, model) of the best dev score so far
     import transformers
 
     verbosity = transformers.logging.get_verbosity()
@@ -640,6 +755,8 @@ def fine_tune(args) -> dict[str, Any]:
         for seed in tqdm(seeds, desc=f"{spec.name} seeds", disable=args.no_progress):
             run_record, model = train_one_seed(args, spec, config, tokenizer, splits, features, seed, device,
                                                progress=not args.no_progress)
+            if args.save_model == "best" and (kept is None or run_record["dev"] > kept[0]["dev"]):
+                kept = (run_record, model.to("cpu"))  # one model at a time on the device
             del model
             # The weight-loading report is the same for every seed: show it once.
             transformers.logging.set_verbosity_error()
@@ -649,9 +766,26 @@ def fine_tune(args) -> dict[str, Any]:
     finally:
         transformers.logging.set_verbosity(verbosity)
     results = summarize(spec, runs, args, post_training, splits)
+    written = {}
+    if kept is not None:
+        results["saved_model"] = saved_model_record(kept[0], args.peft, args.merge)
+        written = save_selected(kept[1], tokenizer, out_dir, results, base_model=args.model, peft=args.peft,
+                                merge=args.merge)
+        del kept
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(summary_table(results))
     print(f"wrote {out_dir / 'results.json'}")
+    if written:
+        saved = results["saved_model"]
+        print(f"saved the model of seed {saved['seed']} (best dev {spec.metric} {saved['dev']:.2f}, epoch "
+              f"{saved['best_epoch']}): " + ", ".join(str(path) for path in written.values()))
+        if "adapter" in written:
+            print("  load the adapter: " + adapter_usage(written["adapter"], spec.task_type,
+                                                         len(spec.labels or [None]), args.trust_remote_code))
+    elif args.save_model == "none" and any((out_dir / name).exists() for name in (MODEL_DIR, "adapter")):
+        print(f"note: {out_dir} holds a model saved by an earlier run (its own results.json describes it)")
+    if args.push_to_hub:
+        publish(args, out_dir / MODEL_DIR)
     return results
 
 
@@ -662,6 +796,9 @@ def main(argv: list[str] | None = None) -> int:
     except TaskDataError as error:
         print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
+    except PushFailed as error:
+        print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 1
     return 0
 
 
