@@ -272,6 +272,9 @@ def test_config_groups_match_the_model_package():
     ({"learning_rate": "nan"}, "learning_rate"),
     ({"mlm_probability": "inf"}, "mlm_probability"),
     ({"no_such_field": 1}, "no_such_field"),
+    ({"push_to_hub": "my-org/x"}, "hub_license"),  # the tiny local source has no recorded licence
+    ({"push_to_hub": "my-org/x", "method": "scratch", "source": "FacebookAI/roberta-base"}, "hub_license"),
+    ({"push_to_hub": "my-org/bad--name", "hub_license": "mit"}, "push_to_hub"),
 ])
 def test_bad_config_fails_before_training_naming_the_field(tiny, tmp_path, capsys, overrides, field):
     argv = run_args(tiny, tmp_path / "out", **overrides)
@@ -734,17 +737,19 @@ def test_push_to_hub_from_the_config_uploads_the_saved_folder(tiny, tmp_path, mo
 
     uploads = []
 
-    def fake_upload(repo_id, files, **kwargs):  # the one networked function of cards.push
-        uploads.append((repo_id, sorted(name for name, _ in files)))
+    def fake_upload(repo_id, files, card_text, **kwargs):  # the one networked function of cards.push
+        uploads.append((repo_id, sorted(name for name, _ in files), card_text))
         return f"https://huggingface.co/{repo_id}/commit/0"
 
     monkeypatch.setattr(cards.push, "hub_upload", fake_upload)
     monkeypatch.setenv("HF_TOKEN", "hf_test_token")
     out = tmp_path / "pushed"
-    run_inprocess(run_args(tiny, out, train_steps=2, phase1_steps=1, push_to_hub="my-org/xpt-tiny", keep_checkpoints="false"))
+    run_inprocess(run_args(tiny, out, train_steps=2, phase1_steps=1, push_to_hub="my-org/xpt-tiny",
+                           hub_license="cc-by-4.0", keep_checkpoints="false"))
     assert uploads and uploads[0][0] == "my-org/xpt-tiny"
     assert {"model.safetensors", "modeling_xpt.py", "configuration_xpt.py", "README.md"} <= set(uploads[0][1])
     assert (out / "model.safetensors").exists()
+    assert "\nlicense: cc-by-4.0\n" in uploads[0][2]  # the card carries the licence the config gave
 
 
 def test_push_to_hub_needs_org_and_name(tiny, tmp_path, capsys):

@@ -149,6 +149,8 @@ class PostTrainConfig:
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"], metadata={"help": "trackers: [tensorboard], or [] for none"})
     push_to_hub: str | None = arg(None, "ORG/NAME: after saving, validate, write the card and upload (cards.push)")
     hub_private: bool = arg(False, "with push_to_hub: create the repo private")
+    hub_license: str | None = arg(None, "with push_to_hub: licence id of the weights for the card (default: the English "
+                                  "source's known licence; a source without one, or method scratch, needs it)")
     num_workers: int = arg(0, "data-loader worker processes (0: batches built in the training process)")
     max_steps: int | None = arg(None, "quick runs: scale every phase down so all phases total N steps (each keeps >= 1); train_steps/phase1_steps set the full plan")
     stop_after_steps: int | None = arg(None, "testing resume: exit abruptly after N steps, as if killed (no summary, no final save); unlike max_steps the plan is unchanged")
@@ -392,8 +394,8 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
             raise ConfigError(name, f"{value} is not a finite number")
     if c.method not in METHODS:
         raise ConfigError("method", f"{c.method!r} is not one of {METHODS}")
-    if c.push_to_hub is not None and (c.push_to_hub.count("/") != 1 or not all(c.push_to_hub.split("/"))):
-        raise ConfigError("push_to_hub", f"{c.push_to_hub!r}: use ORG/NAME, e.g. my-org/xpt-ko-4m")
+    if c.push_to_hub is not None:
+        _validate_push(c)
     if c.embedding_init not in ("random", "overlap"):
         raise ConfigError("embedding_init", f"{c.embedding_init!r}: use 'random' or 'overlap'")
     if c.output_bias_init not in ("zeros", "unigram"):
@@ -445,6 +447,24 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
     else:
         c.batch_layout(1)
     _validate_paths(c)
+
+
+def _validate_push(c: PostTrainConfig) -> None:
+    """The repo id as the Hub validates it, and a licence for the card, before any training (the same
+    checks `cards.push` makes at the end)."""
+    from cards.make_card import known_license, license_unknown
+    from cards.push import PushError, check_repo_id
+
+    if c.push_to_hub.count("/") != 1 or not all(c.push_to_hub.split("/")):
+        raise ConfigError("push_to_hub", f"{c.push_to_hub!r}: use ORG/NAME, e.g. my-org/xpt-ko-4m")
+    try:
+        check_repo_id(c.push_to_hub)
+    except PushError as error:
+        raise ConfigError("push_to_hub", str(error).removesuffix(" (nothing uploaded)")) from None
+    local = resolve_local(c.source) if not c.source.startswith("package:") else None
+    if known_license(c.hub_license, c.method, [c.source, str(local) if local else None]) is None:
+        raise ConfigError("hub_license", str(license_unknown(
+            c.method, c.source, fix="set hub_license (`--hub-license ID`, or `hub_license: ID` in the config)")))
 
 
 def missing_data(c: PostTrainConfig) -> bool:

@@ -664,11 +664,13 @@ def run_post_training(config: PostTrainConfig) -> dict:
             from cards.push import PushError, push_to_hub
 
             try:  # the folder is saved whatever happens here; a failed upload can be retried by hand
-                push_to_hub(output_dir, config.push_to_hub, private=config.hub_private, log=log)
+                push_to_hub(output_dir, config.push_to_hub, private=config.hub_private, log=log,
+                            license=config.hub_license, require_license=True)
                 summary["pushed_to"] = config.push_to_hub
             except PushError as error:
                 log(f"push to {config.push_to_hub} failed, nothing uploaded: {error}\n  the model is saved in "
-                    f"{output_dir}; retry with `python -m cards.push --model-dir {output_dir} --repo-id {config.push_to_hub}`")
+                    f"{output_dir}; retry with `python -m cards.push --model-dir {output_dir} --repo-id {config.push_to_hub}"
+                    + (f" --license {config.hub_license}" if config.hub_license else "") + "`")
                 summary["push_error"] = str(error)
     accelerator.wait_for_everyone()
     if trackers:
