@@ -11,6 +11,7 @@ Every number comes from the folder (config.json, training_summary.json, results.
 safetensors headers, the tokenizer); anything missing is left out, never filled in.
 
 The language is `--language`, else the one the corpus preparation recorded (stats.json), else
+config.json's `language` (recorded when the model was made, inherited by fine-tuned models), else
 Korean; widget examples are `--widget` texts, else hand-written Korean sentences for Korean and
 held-out corpus sentences for any other language. The licence is `--license`, else the English
 source's known licence (SOURCE_LICENSES, or a local source folder's own card); otherwise the CLI
@@ -301,13 +302,15 @@ def widgets_for(info: FolderInfo, tokenizer, language: str = DEFAULT_LANGUAGE, t
 
 def resolve_language(info: FolderInfo, explicit: str | None = None) -> str:
     """The target language: `explicit`, else the one recorded by the corpus preparation
-    (stats.json of the post-training data), else Korean."""
+    (stats.json of the post-training data), else the model's config.json (`language`, recorded from
+    the corpus or the tokenizer's training_info.json when the model was made; a fine-tuned model
+    inherits it), else Korean."""
     if explicit:
         return explicit
     from .public import corpus_stats
 
     stats = corpus_stats(_locate_spec(_data_spec(info))) or {}
-    return stats.get("language") or DEFAULT_LANGUAGE
+    return stats.get("language") or info.config.get("language") or DEFAULT_LANGUAGE
 
 
 def localise(text: str, language: str) -> str:

@@ -70,6 +70,9 @@ class XPTConfig(PretrainedConfig):
             Family of the English source checkpoint (`"bert"` or `"roberta"`); decides the stock export.
         source_name_or_path (`str`, *optional*):
             Hub id or path of the English source checkpoint (provenance, used by model cards).
+        language (`str`, *optional*):
+            ISO 639 code of the target language of the tokenizer and embeddings (as recorded by the corpus
+            preparation and the tokenizer training; model cards read it). `None`: not recorded.
         mask_token_id (`int`, *optional*):
             Id of the tokenizer's mask token.
         pad_token_id, bos_token_id, eos_token_id (`int`, *optional*):
@@ -105,6 +108,7 @@ class XPTConfig(PretrainedConfig):
         classifier_pooling: str = "first",
         source_model_type: str = "roberta",
         source_name_or_path: str | None = None,
+        language: str | None = None,
         mask_token_id: int | None = None,
         pad_token_id: int | None = 1,
         bos_token_id: int | None = 0,
@@ -139,6 +143,7 @@ class XPTConfig(PretrainedConfig):
         self.classifier_pooling = classifier_pooling
         self.source_model_type = source_model_type
         self.source_name_or_path = source_name_or_path
+        self.language = language
         self.mask_token_id = mask_token_id
         kwargs.setdefault("auto_map", dict(XPT_AUTO_MAP))
         super().__init__(

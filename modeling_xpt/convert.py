@@ -17,7 +17,7 @@ from transformers import AutoTokenizer
 
 from . import XPTForMaskedLM
 from ._cli import check_output_folder, run
-from .tokenizer_files import save_tokenizer
+from .tokenizer_files import recorded_language, save_tokenizer
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -34,6 +34,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--no-itl-out", action="store_true", help="no ITL_out")
     parser.add_argument("--adapter-size", type=int, default=0, help="bottleneck adapters of this width (Adapters baseline)")
     parser.add_argument("--scratch", action="store_true", help="same architecture, all weights random (Scratch baseline)")
+    parser.add_argument("--language", help="ISO 639 code of the target language, recorded in config.json (default: "
+                        "the one the tokenizer's training recorded in its training_info.json)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random initialisation")
     parser.add_argument("--overwrite", action="store_true", help="replace the contents of an existing --out folder")
     return parser.parse_args(argv)
@@ -64,6 +66,7 @@ def main(argv=None) -> int:
         adapter_size=args.adapter_size,
         scratch=args.scratch,
     )
+    model.config.language = args.language or recorded_language(args.tokenizer)
     model.save_pretrained(args.out)
     save_tokenizer(tokenizer, args.out)  # names PreTrainedTokenizerFast: transformers 4.x loads it too
     report = dict(model.conversion_report, out=args.out, layers=model.config.num_total_layers,

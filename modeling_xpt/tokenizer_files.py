@@ -1,9 +1,14 @@
-"""Saving a tokenizer so that transformers 4.x loads the folder too.
+"""Saving a tokenizer so that transformers 4.x loads the folder too; the language it was made for.
 
 transformers 5 writes ``tokenizer_class: TokenizersBackend`` for a `tokenizers`-backed fast
 tokenizer; transformers 4.57 cannot load that class. Every folder this package writes names
 ``PreTrainedTokenizerFast`` instead (the same files load as the same tokenizer on both), without
 the load-time keys transformers 5 copies from the loading call.
+
+The target language is recorded by the corpus preparation (``stats.json``) and the tokenizer
+training (``training_info.json`` beside the tokenizer), and from there in ``XPTConfig.language``.
+``tokenizer_config.json`` does not carry it: transformers has no language field for tokenizers in
+general (only model-specific ones, such as NLLB's ``src_lang``, which change the encoding).
 """
 from __future__ import annotations
 
@@ -33,3 +38,24 @@ def save_tokenizer(tokenizer, out_dir: str | Path) -> None:
     for key in LOAD_TIME_KEYS:
         config.pop(key, None)
     path.write_text(json.dumps(config, indent=2, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
+
+
+TRAINING_INFO = "training_info.json"  # written by tokenization.train_tokenizer beside the tokenizer
+CORPUS_STATS = "stats.json"  # written by tokenization.prepare_corpus in the corpus folder
+
+
+def recorded_language(*folders) -> str | None:
+    """The ISO 639 code recorded in the first of `folders` (a prepared corpus or a trained tokenizer;
+    None entries and Hub ids are skipped) that records one, else None."""
+    for folder in folders:
+        if not folder:
+            continue
+        for name in (CORPUS_STATS, TRAINING_INFO):
+            path = Path(folder) / name
+            try:
+                language = json.loads(path.read_text(encoding="utf-8")).get("language") if path.is_file() else None
+            except (OSError, ValueError, AttributeError):
+                language = None
+            if isinstance(language, str) and language:
+                return language
+    return None

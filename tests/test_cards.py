@@ -858,3 +858,53 @@ def test_card_for_another_language_from_the_prepared_corpus(tmp_path):
     assert card.data.to_dict()["language"] == "tha" and card.data.to_dict()["widget"][0]["text"] == "Дом у реки [MASK] ."
     readme.write_text(readme.read_text(encoding="utf-8").replace("language: ru", "language: russian"), encoding="utf-8")
     assert any("'russian' is not an ISO 639" in e for e in validate_folder(folder).errors)
+
+
+def test_language_flows_through_tokenizer_and_config_to_cards_of_fine_tuned_models(tmp_path):
+    """The language recorded by prepare_corpus reaches the tokenizer's training_info.json and the converted
+    model's config.json (what transformers' files can hold: the tokenizer files have no such field), so a card
+    knows it without the corpus; a fine-tuned model inherits it, and its widget examples are held-out
+    sentences of that language when the corpus is here."""
+    from modeling_xpt import XPTForSequenceClassification
+    from tokenization.prepare_corpus import prepare
+
+    rnd = random.Random(1)
+    lines = sorted({" ".join(rnd.sample(RUSSIAN_WORDS, rnd.randint(4, 8))).capitalize() + "." for _ in range(300)})
+    (tmp_path / "ru.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    corpus = tmp_path / "corpus-ru"
+    prepare([str(tmp_path / "ru.txt")], corpus, valid=20, test=20, language="ru", progress=False)
+    cli("-m", "tokenization.train_tokenizer", "--corpus", str(corpus), "--vocab-size", "80", "--family", "bert",
+        "--out", str(tmp_path / "tok"), "--no-progress", check=0)
+    assert json.loads((tmp_path / "tok" / "training_info.json").read_text())["language"] == "ru"
+    assert "language" not in json.loads((tmp_path / "tok" / "tokenizer_config.json").read_text())
+    cli("-m", "tokenization.train_tokenizer", "--corpus", str(corpus), "--vocab-size", "80", "--family", "bert",
+        "--out", str(tmp_path / "tok-uk"), "--no-progress", "--language", "uk", check=0)  # an explicit one wins
+    assert json.loads((tmp_path / "tok-uk" / "training_info.json").read_text())["language"] == "uk"
+    from tests.model_factories import word_tokenizer
+
+    source = tmp_path / "source"
+    tiny_source("bert", word_tokenizer("bert", ["the", "a", "of"]), source)
+    converted = tmp_path / "xpt-ru"
+    cli("-m", "modeling_xpt.convert", "--source", str(source), "--tokenizer", str(tmp_path / "tok"),
+        "--out", str(converted), check=0)
+    assert json.loads((converted / "config.json").read_text())["language"] == "ru"
+    # no training_summary.json and no corpus: the language comes from config.json
+    card = build_card(converted, license="mit", widgets=["Дом у [MASK] реки."])
+    assert card.data.to_dict()["language"] == "ru" and "russian" in card.data.to_dict()["tags"]
+    with pytest.raises(ValueError, match="no Russian widget examples.*--widget"):
+        build_card(converted, license="mit")
+
+    classifier = tmp_path / "classifier-ru"
+    model = XPTForSequenceClassification.from_pretrained(str(converted), num_labels=2)
+    model.save_pretrained(classifier)
+    shutil.copy(converted / "tokenizer.json", classifier)
+    shutil.copy(converted / "tokenizer_config.json", classifier)
+    assert json.loads((classifier / "config.json").read_text())["language"] == "ru"  # inherited
+    (classifier / "training_summary.json").write_text(json.dumps({"method": "xpt", "data": {"spec": str(corpus)}}))
+    (classifier / "results.json").write_text(json.dumps({"task": "ru-sentiment", "metric": "accuracy", "mean": 61.0,
+                                                         "model": str(converted), "split": "dev"}))
+    meta = build_card(classifier, license="mit").data.to_dict()
+    held_out = (corpus / "test" / "part-00000.jsonl").read_text(encoding="utf-8")
+    assert meta["language"] == "ru" and meta["pipeline_tag"] == "text-classification" and meta["widget"]
+    for widget in meta["widget"]:  # held-out Russian sentences, as they are
+        assert json.dumps(widget["text"], ensure_ascii=False) in held_out

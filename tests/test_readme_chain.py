@@ -176,3 +176,18 @@ def test_saved_tokenizer_loads_without_a_prompt_and_gives_the_same_ids(chain):
     ids = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len({json.dumps(v) for v in ids.values()}) == 1, ids
     assert 3 not in ids["trained"] and len(ids["trained"]) > 8  # <unk> is 3: words of the corpus are not unknown
+
+
+def test_the_language_flows_from_the_corpus_to_every_config(chain):
+    """prepare_corpus records the language (ko by default) in stats.json; the tokenizer training, the
+    conversion and the post-training carry it on, and the card reads it."""
+    root = chain["root"]
+    recorded = {
+        "corpus stats.json": json.loads((root / flag(chain["prepare"], "--out") / "stats.json").read_text())["language"],
+        "tokenizer training_info.json": json.loads(
+            (root / flag(chain["train_tok"], "--out") / "training_info.json").read_text())["language"],
+        "converted config.json": json.loads(
+            (root / flag(chain["convert"], "--out") / "config.json").read_text())["language"],
+        "post-trained config.json": json.loads((chain["model_dir"] / "config.json").read_text())["language"],
+    }
+    assert set(recorded.values()) == {"ko"}, recorded

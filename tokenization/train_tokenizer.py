@@ -59,7 +59,7 @@ from transformers import PreTrainedTokenizerFast
 
 # One implementation for every folder the package writes: tokenizer_config.json names
 # PreTrainedTokenizerFast, which transformers 4.x loads too.
-from modeling_xpt.tokenizer_files import save_tokenizer
+from modeling_xpt.tokenizer_files import TRAINING_INFO, recorded_language, save_tokenizer
 
 from .corpus_io import Utf8Counter, iter_corpus
 from .errors import InputError, run_cli
@@ -265,6 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--model", choices=MODELS, default="unigram")
     p.add_argument("--normalizer", choices=NORMALIZERS, default="nfkc")
     p.add_argument("--model-max-length", type=int, default=512)
+    p.add_argument("--language", help="ISO 639 code of the target language, recorded in training_info.json and from "
+                   "there in the models' config.json (default: the one the prepared corpus's stats.json records)")
     p.add_argument("--split", default="train", help="split of a prepared corpus to train on (default train)")
     p.add_argument("--max-texts", type=int, default=0, help="train on the first N texts only (0 = all)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -313,8 +315,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     info = {"corpus": str(args.corpus), "split": args.split, "texts": counted[0], "characters": counted[1],
             "skipped_invalid_utf8_lines": bad.lines, "vocab_size": len(tok), "family": args.family,
             "model": args.model, "normalizer": args.normalizer, "model_max_length": args.model_max_length,
-            "train_seconds": round(dt, 2)}
-    (out / "training_info.json").write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+            "language": args.language or recorded_language(args.corpus), "train_seconds": round(dt, 2)}
+    (out / TRAINING_INFO).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"trained {args.model} tokenizer, vocab {len(tok)}, on {counted[0]:,} texts in {dt:.1f}s -> {out}")
     return 0
 

@@ -447,6 +447,11 @@ def run_post_training(config: PostTrainConfig) -> dict:
     if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
         raise ConfigError("tokenizer", "the tokenizer needs a mask and a pad token")
     model = build_model(config, source, tokenizer)
+    from modeling_xpt.tokenizer_files import recorded_language
+
+    # the target language recorded by the corpus preparation or the tokenizer training, saved in config.json
+    model.config.language = recorded_language(resolve_local(data) if data else None,
+                                              resolve_local(config.tokenizer) if config.tokenizer else None)
     if not hasattr(model, "conversion_report"):
         model.conversion_report = {}
     use_wop = config.wop_probability > 0
