@@ -3,7 +3,8 @@
 
     python training/compare.py runs/ft/xpt-100k runs/ft/xpt-400k runs/ft/scratch-100k ... --out runs/report
 
-Each argument is a `results.json` file or a folder searched recursively for them. Output in ``--out``:
+Each argument is a `results.json` file or a folder searched recursively for them (the copies that
+finetune.py puts in the model folders it saves are not counted twice). Output in ``--out``:
 
 - ``results.md``: one row per (task, model) with method, post-training sentences, metric, split,
   mean ± std and seed count, grouped by task; rows of the same method are sorted by data size.
@@ -35,6 +36,19 @@ class CompareError(ValueError):
     pass
 
 
+def saved_model_copy(path: Path) -> bool:
+    """`path` is the copy of a run's results.json that finetune.py put in the model or adapter folder it
+    saved (OUT/model/results.json beside OUT/results.json): the run is counted once, from OUT."""
+    run = path.parent.parent / "results.json"
+    if not run.is_file():
+        return False
+    try:
+        folders = (json.loads(run.read_text(encoding="utf-8")).get("saved_model") or {}).get("folders") or {}
+    except (json.JSONDecodeError, AttributeError):
+        return False
+    return path.parent.name in set(folders.values())
+
+
 def find_results(paths: list[str]) -> list[Path]:
     files: list[Path] = []
     for raw in paths:
@@ -42,7 +56,7 @@ def find_results(paths: list[str]) -> list[Path]:
         if path.is_file():
             files.append(path)
         elif path.is_dir():
-            found = sorted(path.rglob("results.json"))
+            found = [f for f in sorted(path.rglob("results.json")) if not saved_model_copy(f)]
             if not found:
                 raise CompareError(f"{path}: no results.json found under this folder")
             files.extend(found)
