@@ -23,7 +23,8 @@ else the English source's known licence; the CLI refuses to guess.
 Exit codes: 0 published (or dry run passed), 1 not publishable / load check failed / upload
 failed, 2 usage error.
 
-From Python (e.g. post-training's `push_to_hub: ORG/NAME`): :func:`push_to_hub`.
+From Python (post-training's `push_to_hub: ORG/NAME`, fine-tuning's `--push-to-hub ORG/NAME`):
+:func:`push_to_hub`.
 """
 from __future__ import annotations
 
