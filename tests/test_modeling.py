@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -355,6 +356,45 @@ def test_save_and_load_in_fresh_process_without_project(source, tok, tmp_path):
     with torch.no_grad():
         expected = model(**tok(TEXTS[2], return_tensors="pt")).logits
     torch.testing.assert_close(torch.tensor(result["logits"]), expected, atol=1e-6, rtol=0)
+
+
+MODEL_TYPE_WARNING = "to instantiate a model of type"
+LOAD_EVERY_WAY = textwrap.dedent(
+    """
+    import sys
+    from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
+    folder, trusted = sys.argv[1], sys.argv[2] == "trusted"
+    if trusted:
+        AutoConfig.from_pretrained(folder, trust_remote_code=True)
+        for auto in (AutoModel, AutoModelForSequenceClassification):
+            auto.from_pretrained(folder, trust_remote_code=True)
+        AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    else:
+        AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
+    print("RESULT{}")
+    """
+)
+
+
+def test_loading_a_saved_folder_logs_no_model_type_mismatch(tmp_path):
+    """transformers logs "a model of type `xpt` to instantiate a model of type ``" only where AutoTokenizer
+    is refused the folder's config class (no trust_remote_code): it then reads config.json with the base
+    PreTrainedConfig, whose model_type is "". Every load with trust_remote_code=True is silent."""
+    tok = word_tokenizer("bert", KOREAN_WORDS)
+    model = XPTForMaskedLM.from_source(tiny_source("bert", word_tokenizer("bert", ["the", "a", "of"])), tok)
+    folder = tmp_path / "xpt"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    logs = {}
+    for mode in ("trusted", "untrusted"):
+        proc = subprocess.run([sys.executable, "-I", "-c", LOAD_EVERY_WAY, str(folder), mode], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL,
+                              env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "warning",
+                                   "HF_MODULES_CACHE": str(tmp_path / f"modules-{mode}")})
+        assert proc.returncode == 0 and "RESULT" in proc.stdout, proc.stderr[-3000:]
+        logs[mode] = proc.stdout + proc.stderr
+    assert MODEL_TYPE_WARNING not in logs["trusted"], logs["trusted"][-3000:]
+    assert MODEL_TYPE_WARNING in logs["untrusted"]  # the base-class fallback, outside the package's code
 
 
 def test_loading_weights_with_wrong_vocabulary_fails_clearly(source, tok, tmp_path):
