@@ -604,6 +604,8 @@ def bad_input_case(case: str, tmp_path: Path) -> list[str]:
     elif case == "push without a known licence":  # the English source "tiny-bert" has no recorded licence
         model = xpt_model_dir(tmp_path / "xpt", word_tokenizer("bert", KOREAN_WORDS))
         task += ["--push-to-hub", "org/x", "--push-dry-run"]
+    elif case == "card options without a push":
+        task += ["--license", "mit"]
     elif case == "output folder would replace the model":
         model = stock_model_dir(tmp_path / "out" / "model")
     return ["--model", str(model), *task, "--data-dir", str(data), "--output-dir", str(tmp_path / "out"), *quick()]
@@ -626,6 +628,7 @@ BAD_INPUT = {
     "push a stock model": "--push-to-hub publishes XPT models",
     "push without a known licence": "source 'tiny-bert' has no recorded licence): pass --license ID",
     "output folder would replace the model": "which is or holds --model",
+    "card options without a push": "--license goes with --push-to-hub ORG/NAME",
 }
 
 
@@ -804,3 +807,48 @@ def test_hub_qa_drops_unanswerable_questions():
     ])
     splits = load_hub(get_task("klue-mrc"), load_dataset=lambda p, n: DatasetDict(train=split, validation=split))
     assert [r["question"] for r in splits["dev"]] == ["어디?"]
+
+
+PUSH_OUTCOMES = {  # what cards.push does -> exit status of finetune.py and what it says
+    "uploaded": (0, "published: https://huggingface.co/org/xpt-toy-nsmc/commit/0"),
+    "failed": (1, "push to org/xpt-toy-nsmc failed: upload to org/xpt-toy-nsmc failed: ConnectionError: reset by peer"),
+}
+
+
+@pytest.mark.parametrize("outcome", sorted(PUSH_OUTCOMES))
+def test_push_after_training_uploads_or_says_how_to_retry(outcome, tmp_path, monkeypatch, capsys):
+    """A real push (no dry run) goes through cards.push with the token, the licence and the saved folder;
+    when it fails, the model stays saved and the one error line gives the command that retries."""
+    import cards.push
+
+    uploads = []
+
+    def fake_upload(repo_id, files, card_text, **kwargs):  # the one networked function of cards.push
+        if outcome == "failed":
+            raise ConnectionError("reset by peer")
+        uploads.append((repo_id, sorted(name for name, _ in files), card_text))
+        return f"https://huggingface.co/{repo_id}/commit/0"
+
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(cards.push, "hub_upload", fake_upload)
+    monkeypatch.setenv("HF_TOKEN", "hf_test_token")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # the upload itself is faked: nothing leaves the machine
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    model = xpt_model_dir(tmp_path / "xpt", word_tokenizer("bert", KOREAN_WORDS))
+    data, out = toy_sentiment_dir(tmp_path / "data"), tmp_path / "out"
+    capsys.readouterr()
+    code = finetune.main(["--model", str(model), "--task", "nsmc", "--data-dir", str(data), "--output-dir", str(out),
+                          *quick(), "--push-to-hub", "org/xpt-toy-nsmc", "--license", "cc-by-4.0"])
+    expected_code, message = PUSH_OUTCOMES[outcome]
+    captured = capsys.readouterr()
+    assert code == expected_code and (out / "model" / "model.safetensors").is_file()
+    if outcome == "uploaded":
+        assert message in captured.out and uploads[0][0] == "org/xpt-toy-nsmc"
+        assert {"model.safetensors", "config.json", "modeling_xpt.py", "results.json", "README.md"} <= set(uploads[0][1])
+        assert "\nlicense: cc-by-4.0\n" in uploads[0][2] and "pipeline_tag: text-classification" in uploads[0][2]
+    else:
+        errors = [line for line in captured.err.splitlines() if "error" in line.lower()]  # not the progress bars
+        assert len(errors) == 1 and errors[0].startswith("error: " + message), errors
+        assert f"The model is saved in {out / 'model'}; after fixing that, run `python -m cards.push --model-dir " \
+               f"{out / 'model'} --repo-id org/xpt-toy-nsmc`" in errors[0]

@@ -657,9 +657,11 @@ def check_save_options(args) -> None:
     if args.merge and args.save_model == "none":
         raise TaskDataError("--merge saves a merged model: drop --save-model none")
     if not args.push_to_hub:
-        if args.push_dry_run or args.hub_private:
-            raise TaskDataError(f"{'--push-dry-run' if args.push_dry_run else '--hub-private'} goes with "
-                                "--push-to-hub ORG/NAME")
+        for flag, value in (("--push-dry-run", args.push_dry_run), ("--hub-private", args.hub_private),
+                            ("--license", args.license), ("--base-model", args.base_model)):
+            if value:
+                raise TaskDataError(f"{flag} goes with --push-to-hub ORG/NAME (to publish the saved model later, "
+                                    f"pass it to `python -m cards.push`)")
         return
     from cards.push import PushError, check_repo_id, find_token, hub_offline
 
