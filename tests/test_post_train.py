@@ -392,6 +392,28 @@ def test_malformed_yaml_is_one_line(tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("flags, field", [
+    (["--learning-rate", "-1"], "learning_rate"),
+    (["--phase1-learning-rate", "0"], "phase1_learning_rate"),
+    (["--global-batch-size", "0"], "global_batch_size"),
+    (["--max-seq-length", "3"], "max_seq_length"),
+    (["--phase1-steps", "161"], "phase1_steps"),  # the demo config trains 160 steps in all
+    (["--warmup-steps", "-1"], "warmup_steps"),
+    (["--weight-decay", "-0.1"], "weight_decay"),
+    (["--adam-beta2", "1"], "adam_beta2"),
+    (["--adam-epsilon", "0"], "adam_epsilon"),
+    (["--max-grad-norm", "-1"], "max_grad_norm"),
+    (["--num-workers", "-1"], "num_workers"),
+    (["--valid-size", "-5"], "valid_size"),
+    (["--tokenizer-train-sentences", "0"], "tokenizer_train_sentences"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else v)
+def test_out_of_range_value_is_one_line_at_dry_run(flags, field, capsys):
+    assert post_train.main(["--config", str(REPO_ROOT / "configs" / "demo.yaml"), "--dry-run", *flags]) == 2
+    out, err = capsys.readouterr()
+    assert len(err.strip().splitlines()) == 1 and err.startswith(f"error: config field `{field}`:"), err
+    assert "dry run" not in out
+
+
 def test_max_steps_scales_every_phase():
     c = config_from_dict({"data": "x", "train_steps": 1000, "phase1_steps": 400, "warmup_steps": 100, "max_steps": 10})
     phases = c.resolved_phases()

@@ -412,15 +412,22 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
     if c.lr_schedule not in SCHEDULES:
         raise ConfigError("lr_schedule", f"{c.lr_schedule!r} is not one of {SCHEDULES}")
     for name in ("train_steps", "global_batch_size", "max_seq_length", "eval_steps", "save_steps", "logging_steps",
-                 "save_total_limit", "tokenizer_vocab_size"):
+                 "save_total_limit", "tokenizer_vocab_size", "tokenizer_train_sentences", "learning_rate",
+                 "adam_epsilon"):
         if getattr(c, name) <= 0:
             raise ConfigError(name, f"must be > 0, got {getattr(c, name)}")
+    for name in ("warmup_steps", "weight_decay", "max_grad_norm", "num_workers", "valid_size", "test_size"):
+        if getattr(c, name) < 0:
+            raise ConfigError(name, f"must be >= 0, got {getattr(c, name)}")
     for name in ("per_device_batch_size", "gradient_accumulation_steps", "max_steps", "max_train_sentences",
-                 "max_eval_sentences", "stop_after_steps", "early_stopping_patience"):
+                 "max_eval_sentences", "stop_after_steps", "early_stopping_patience", "phase1_learning_rate"):
         if getattr(c, name) is not None and getattr(c, name) <= 0:
             raise ConfigError(name, f"must be > 0 or null, got {getattr(c, name)}")
+    for name in ("adam_beta1", "adam_beta2"):
+        if not 0 <= getattr(c, name) < 1:
+            raise ConfigError(name, f"must be in [0, 1), got {getattr(c, name)}")
     if c.max_seq_length < 8:
-        raise ConfigError("max_seq_length", "must be at least 8")
+        raise ConfigError("max_seq_length", f"must be at least 8 (a row holds [CLS], [SEP] and some text), got {c.max_seq_length}")
     if not 0 < c.mlm_probability < 1:
         raise ConfigError("mlm_probability", f"must be in (0, 1), got {c.mlm_probability}")
     if c.mask_replace_prob < 0 or c.random_replace_prob < 0 or c.mask_replace_prob + c.random_replace_prob > 1:
@@ -433,7 +440,8 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
         if c.phase1_steps <= 0:
             raise ConfigError("phase1_steps", f"must be > 0, got {c.phase1_steps}")
         if c.phase1_steps >= c.train_steps:
-            raise ConfigError("train_steps", f"{c.train_steps} leaves no steps for phase2 after phase1_steps={c.phase1_steps}")
+            raise ConfigError("phase1_steps", f"{c.phase1_steps} leaves no steps for phase2 of train_steps={c.train_steps}; "
+                              "lower phase1_steps or raise train_steps")
     for i, phase in enumerate(c.resolved_phases()):
         _validate_phase(i, phase)
     if not c.data:
