@@ -638,13 +638,100 @@ def test_checkpoint_is_atomic_when_saving_crashes(tmp_path):
     for step in (2, 4, 6):
         save_checkpoint(acc, tmp_path, step, {"step": step}, keep=2, save_state=good)
     assert [s for s, _ in list_checkpoints(tmp_path)] == [4, 6]
-    with pytest.raises(OSError):
+    with pytest.raises(OSError):  # not a full disk: the error itself goes on, the half-written folder does not
         save_checkpoint(acc, tmp_path, 8, {"step": 8}, keep=2, save_state=crashing)
+    assert not list((tmp_path / "checkpoints").glob(".tmp-*"))
     assert latest_checkpoint(tmp_path).name == "checkpoint-6"
     assert (latest_checkpoint(tmp_path) / "weights").read_text() == "ok"
-    save_checkpoint(acc, tmp_path, 8, {"step": 8}, keep=2, save_state=good)  # next save cleans up
+    save_checkpoint(acc, tmp_path, 8, {"step": 8}, keep=2, save_state=good)
     assert [s for s, _ in list_checkpoints(tmp_path)] == [6, 8]
-    assert not list((tmp_path / "checkpoints").glob(".tmp-*"))
+
+
+def _fill_disk_while_saving(monkeypatch, checkpoint: str, file: str):
+    """From now on, `torch.save` (what Accelerate's save_state writes every file with) of `file` into the
+    temporary folder of `checkpoint` writes half of its bytes and fails as a full device does."""
+    import errno
+    import io
+
+    real_save = torch.save
+
+    def save(obj, f, *args, **kwargs):
+        if Path(f).parent.name == f".tmp-{checkpoint}" and Path(f).name == file:
+            buffer = io.BytesIO()
+            real_save(obj, buffer, *args, **kwargs)
+            Path(f).write_bytes(buffer.getvalue()[: buffer.tell() // 2])
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", save)
+
+
+def test_disk_full_while_saving_a_checkpoint_is_one_line_and_resume_continues_exactly(tiny, tmp_path, capsys,
+                                                                                        monkeypatch):
+    from training.checkpointing import checkpoint_problem
+
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    common = dict(train_steps=10, phase1_steps=4, save_steps=2, save_total_limit=2)
+    run_inprocess(run_args(tiny, full, **common))
+    _reset_accelerate()
+    with monkeypatch.context() as patch:
+        _fill_disk_while_saving(patch, "checkpoint-6", "optimizer.bin")
+        assert post_train.main(run_args(tiny, cut, **common)) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]  # besides progress bars
+    assert len(errors) == 1 and "Traceback" not in err, err
+    assert "`output_dir`" in errors[0] and f"checkpoint-6 in {cut / 'checkpoints'}" in errors[0]
+    assert "MiB free" in errors[0] and "save_total_limit" in errors[0] and "save_steps" in errors[0], errors[0]
+    assert not list((cut / "checkpoints").glob(".tmp-*"))  # the partial checkpoint is gone
+    assert [s for s, _ in list_checkpoints(cut)] == [2]  # step 4 ends phase 1 (not checkpointed)
+    assert checkpoint_problem(latest_checkpoint(cut)) is None
+    assert losses(cut) == losses(full)[:6]
+    _reset_accelerate()
+    run_inprocess(run_args(tiny, cut, **common) + ["--resume", "latest"])
+    assert losses(cut) == losses(full)
+    a = checkpoint_weights(latest_checkpoint(full))
+    b = checkpoint_weights(latest_checkpoint(cut))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 800 KiB file system (tmpfs): a phase-1 checkpoint of the tiny model fits (about 415 KB), the next,
+    phase-2 one (about 610 KB, the optimiser state covers every parameter) does not. Mounting needs root."""
+    import shutil
+
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("mounting a size-limited tmpfs needs root and mount(8)")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=800k", "tmpfs", str(disk)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_really_full_disk_keeps_the_last_checkpoint_and_resume_after_freeing_space_is_exact(tiny, tmp_path,
+                                                                                               small_disk):
+    """torch's own error for a short write ("unexpected pos", no OS error) on a file system that is really full."""
+    full, cut = tmp_path / "full", small_disk / "run"
+    common = dict(train_steps=10, phase1_steps=4, save_steps=2, save_total_limit=10)
+    run_subprocess(run_args(tiny, full, **common))
+    proc = run_subprocess(run_args(tiny, cut, **common), check=False)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert f"no space left on the device to write checkpoint-6 in {cut / 'checkpoints'}" in errors[0], errors[0]
+    assert "checkpoint-2 is intact" in errors[0]
+    assert [p.name for p in (cut / "checkpoints").iterdir()] == ["checkpoint-2"]  # the partial one is gone
+    assert losses(cut) == losses(full)[:6]
+    subprocess.run(["mount", "-o", "remount,size=8m", str(small_disk)], check=True)  # space is freed
+    run_subprocess(run_args(tiny, cut, **common) + ["--resume", "latest"])
+    assert losses(cut) == losses(full)
+    a, b = (json.loads((d / "training_summary.json").read_text()) for d in (full, cut))
+    assert a["final_metrics"] == b["final_metrics"] and b["resumed"]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -5,10 +5,13 @@ optimiser, scheduler, grad scaler, every process's RNG states) plus `trainer_sta
 step, phase, step within the phase, early-stopping state, tokens seen, wall time). It is written
 to `.tmp-checkpoint-STEP/` first and renamed into place only when complete (a directory rename
 is atomic on POSIX file systems), so a crash while saving leaves the previous checkpoints intact
-and the half-written folder is ignored (and removed by the next save).
+and the half-written folder is ignored (and removed by the next save). A save that fails with an
+error removes its half-written folder at once; when the device is full, the error becomes
+`DiskFull`, one line saying how much space is free and what to change.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -86,8 +89,44 @@ def _write_json(path: Path, data: dict) -> None:
         os.fsync(handle.fileno())
 
 
+class DiskFull(RuntimeError):
+    """The device ran out of space while a checkpoint was written (its partial folder is removed)."""
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
+
+
+def _out_of_space(error: BaseException, free: int, needed: int) -> bool:
+    """ENOSPC/EDQUOT anywhere in the error's chain, or less space free than a checkpoint takes: torch's
+    zip writer reports a short write as "unexpected pos" without the OS error, so the space is checked too."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        error = error.__cause__ or error.__context__
+    return free < needed
+
+
+def _discard_partial(error: BaseException, output_dir, tmp: Path, final: Path, keep: int) -> None:
+    """Remove the half-written checkpoint `tmp`; raise `DiskFull` from `error` when the device is full."""
+    root = tmp.parent
+    free_then = shutil.disk_usage(root).free
+    previous = list_checkpoints(output_dir)
+    needed = max(_folder_bytes(tmp) if tmp.exists() else 0, _folder_bytes(previous[-1][1]) if previous else 0)
+    shutil.rmtree(tmp, ignore_errors=True)
+    if not isinstance(error, Exception) or not _out_of_space(error, free_then, needed):
+        return
+    mib = 2 ** 20
+    kept = f"{previous[-1][1].name} is intact" if previous else "no earlier checkpoint exists"
+    raise DiskFull(f"no space left on the device to write {final.name} in {root} "
+                   f"({shutil.disk_usage(root).free / mib:.1f} MiB free, a checkpoint takes about {needed / mib:.1f} "
+                   f"MiB); the partial checkpoint was removed and {kept}: free space there, or lower "
+                   f"save_total_limit (now {keep}) or raise save_steps, then continue with --resume latest") from error
+
+
 def save_checkpoint(accelerator, output_dir, step: int, state: dict, keep: int, save_state=None) -> Path:
-    """Collective: every process calls it. `save_state(dir)` defaults to `accelerator.save_state`."""
+    """Collective: every process calls it. `save_state(dir)` defaults to `accelerator.save_state`.
+    Raises `DiskFull` when the device fills up; the previous checkpoints are kept either way."""
     root = checkpoints_dir(output_dir)
     tmp = root / f".tmp-checkpoint-{step}"
     final = root / f"checkpoint-{step}"
@@ -95,10 +134,15 @@ def save_checkpoint(accelerator, output_dir, step: int, state: dict, keep: int, 
         root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
     accelerator.wait_for_everyone()
-    (save_state or (lambda d: accelerator.save_state(str(d), safe_serialization=False)))(tmp)
-    accelerator.wait_for_everyone()
+    try:
+        (save_state or (lambda d: accelerator.save_state(str(d), safe_serialization=False)))(tmp)
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            _write_json(tmp / STATE_FILE, state)  # written last: its presence marks a complete checkpoint
+    except BaseException as error:
+        _discard_partial(error, output_dir, tmp, final, keep)
+        raise
     if accelerator.is_main_process:
-        _write_json(tmp / STATE_FILE, state)  # written last: its presence marks a complete checkpoint
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)

@@ -314,13 +314,16 @@ def hardware(accelerator) -> dict:
 
 def train(config: PostTrainConfig) -> dict:
     """One post-training run into `config.output_dir`, which no other run may write to meanwhile."""
-    from training.checkpointing import FolderInUse, folder_lock
+    from training.checkpointing import DiskFull, FolderInUse, folder_lock
 
     try:
         with folder_lock(config.output_dir, enabled=int(os.environ.get("RANK", "0")) == 0):
             return run_post_training(config)
-    except FolderInUse as error:  # raised only by the lock, before anything is read or written
-        raise ConfigError("output_dir", str(error)) from None
+    except (FolderInUse, DiskFull) as error:  # the lock, before anything is written; a checkpoint on a full disk
+        message = str(error)
+    # raised once the error (and with it the run's frames and open progress bar) is released, so that the
+    # bar ends its line before the message is printed
+    raise ConfigError("output_dir", message)
 
 
 def run_post_training(config: PostTrainConfig) -> dict:
