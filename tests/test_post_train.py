@@ -321,27 +321,52 @@ def test_output_folder_may_not_overlap_an_input(tiny, tmp_path, capsys, over):
     assert sorted((p.name, p.stat().st_mtime_ns) for p in Path(source).iterdir()) == before
 
 
-@pytest.mark.parametrize("case", ["empty file", "latin-1 file", "truncated gzip", "empty folder", "binary file"])
-def test_unreadable_data_is_one_line_naming_the_fix(tiny, tmp_path, capsys, case):
+@pytest.mark.parametrize("case", ["empty file", "cp949 file", "truncated gzip", "empty folder", "binary file"])
+def test_unreadable_data_is_one_line_naming_the_input(tiny, tmp_path, capsys, case):
     import gzip
 
     data = tmp_path / "data"
     data.mkdir()
     text = "\n".join(" ".join(random.Random(i).sample(WORDS, 5)) for i in range(300)) + "\n"
+    culprit = data / "a.txt"
     if case == "empty file":
-        (data / "a.txt").write_text("")
-    elif case == "latin-1 file":
-        (data / "a.txt").write_bytes(text.encode("utf-8") + "caf\xe9 cr\xe8me\n".encode("latin-1"))
+        culprit.write_text("")
+    elif case == "cp949 file":  # Korean in another encoding: nearly every line is invalid UTF-8
+        culprit.write_bytes(text.encode("cp949"))
     elif case == "truncated gzip":
         blob = gzip.compress(text.encode("utf-8"))
-        (data / "a.txt.gz").write_bytes(blob[: len(blob) // 2])
+        culprit = data / "a.txt.gz"
+        culprit.write_bytes(blob[: len(blob) // 2])
     elif case == "binary file":
-        (data / "a.txt").write_bytes(bytes(range(256)) * 50)
+        culprit.write_bytes(bytes(range(256)) * 50)
+    else:
+        culprit = data
     assert post_train.main(run_args(tiny, tmp_path / "out", data=data)) == 2
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("error:")]  # besides progress bars
-    assert len(errors) == 1 and "`data`" in errors[0] and "prepare_corpus" in errors[0], err
+    assert len(errors) == 1 and "`data`" in errors[0] and str(culprit) in errors[0], err
     assert "Traceback" not in err and not (tmp_path / "out" / "checkpoints").exists()
+
+
+def test_a_line_that_is_not_utf8_is_skipped_and_counted_alike_by_post_training_and_prepare_corpus(tiny, tmp_path,
+                                                                                                  capsys):
+    from tokenization.prepare_corpus import prepare
+
+    lines = [" ".join(random.Random(i).sample(WORDS, 5)) for i in range(300)]
+    raw = tmp_path / "raw" / "a.txt"
+    raw.parent.mkdir()
+    raw.write_bytes(("\n".join(lines[:150]) + "\n").encode("utf-8") + "caf\xe9 cr\xe8me\n".encode("latin-1")
+                    + ("\n".join(lines[150:]) + "\n").encode("utf-8"))
+    summary = run_inprocess(run_args(tiny, tmp_path / "out", data=raw.parent))
+    data = summary["data"]
+    assert data["train_sentences"] + data["valid_sentences"] + data["test_sentences"] == 300
+    said_by_training = [line for line in capsys.readouterr().err.splitlines() if "not valid UTF-8" in line]
+    stats = prepare([str(raw)], tmp_path / "corpus", valid=0.1, test=0.1, progress=False)
+    said_by_prepare = [line for line in capsys.readouterr().err.splitlines() if "not valid UTF-8" in line]
+    assert stats["invalid_utf8"]["lines"] == 1 and stats["invalid_utf8"]["files"] == {str(raw): 1}
+    assert said_by_training == said_by_prepare == [f"warning: {raw}: skipped 1 line(s) that are not valid UTF-8 "
+                                                   "(re-encode the file to UTF-8, e.g. iconv -f cp949 -t utf-8, "
+                                                   "to keep them)"]
 
 
 def test_tokenizer_family_must_match_the_source(tiny, tmp_path, capsys):

@@ -440,7 +440,7 @@ def test_hf_input_streams_a_local_dataset(tmp_path):
     assert sorted(_all_sentences(out)) == sorted(["첫째 문서의 첫 문장이다.", "첫째 문서의 둘째 문장이다.", "둘째 문서의 문장이다."])
 
 
-@pytest.mark.parametrize("case", ["missing", "glob", "empty", "hf", "too_big_split", "incomplete"])
+@pytest.mark.parametrize("case", ["missing", "glob", "empty", "cp949", "hf", "too_big_split", "incomplete"])
 def test_bad_input_exit_2_one_line(case, tmp_path, capsys):
     from tokenization import train_tokenizer as tt
 
@@ -454,6 +454,10 @@ def test_bad_input_exit_2_one_line(case, tmp_path, capsys):
     elif case == "empty":
         target = str(tmp_path / "short.txt")
         Path(target).write_text("짧다.\n\nabc\n", encoding="utf-8")
+        rc = run_cli(pc.main, ["--input", target, "--out", str(out)])
+    elif case == "cp949":  # Korean in another encoding: refused, not skipped line by line into nothing
+        target = str(tmp_path / "cp949.txt")
+        Path(target).write_bytes(("\n".join(_many_sentences(20)) + "\nabc\n").encode("cp949"))
         rc = run_cli(pc.main, ["--input", target, "--out", str(out)])
     elif case == "hf":
         target = "hf:only-an-id"
@@ -472,6 +476,8 @@ def test_bad_input_exit_2_one_line(case, tmp_path, capsys):
     assert rc == 2
     assert len(err) == 1 and err[0].startswith("error: ") and target in err[0], err
     assert "Traceback" not in err[0]
+    if case == "cp949":
+        assert "20 of 21 lines are not valid UTF-8" in err[0] and "iconv" in err[0], err
     if case != "incomplete":
         assert not (out / COMPLETE_MARKER).exists() and not list(out.glob("*/part-*"))
 

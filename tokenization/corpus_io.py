@@ -1,4 +1,5 @@
-"""Reading text files and prepared corpus folders (shared by the trainer and the report).
+"""Reading text files and prepared corpus folders: the one reader of raw text, shared by the corpus
+preparation, the tokenizer trainer, the report and post-training (``training.mlm_data``).
 
 A *prepared corpus* is the output folder of ``python -m tokenization.prepare_corpus``:
 ``DIR/{train,valid,test}/part-*.jsonl`` (one ``{"text": sentence}`` per line), ``DIR/stats.json``
@@ -7,7 +8,9 @@ marker is an interrupted run and is refused.
 
 Plain inputs are also accepted everywhere: ``.txt`` (one text per line), ``.jsonl`` (a ``text``
 field per line), each optionally ``.gz``/``.bz2``/``.xz`` compressed, or a folder of such files.
-Lines that are not valid UTF-8 are skipped and counted (never a crash, never silent).
+Lines that are not valid UTF-8 are skipped and counted (never a crash, never silent), with one
+summary line per file. A file in which such lines outnumber the readable ones is refused instead:
+it is a binary file or text in another encoding, and skipping would quietly drop all of it.
 """
 from __future__ import annotations
 
@@ -51,35 +54,46 @@ class Utf8Counter:
         self.bytes += len(raw)
         self.per_file[str(path)] = self.per_file.get(str(path), 0) + 1
 
-    def warn(self, stream=sys.stderr) -> None:
+    def warn(self, stream=None) -> None:
+        """One line per file, on a line of its own even while progress bars are drawn (tqdm.write)."""
+        from tqdm import tqdm
+
         for f, n in self.per_file.items():
-            print(f"warning: {f}: skipped {n} line(s) that are not valid UTF-8 "
-                  f"(re-encode the file to UTF-8, e.g. iconv -f cp949 -t utf-8, to keep them)", file=stream)
+            tqdm.write(f"warning: {f}: skipped {n} line(s) that are not valid UTF-8 "
+                       f"(re-encode the file to UTF-8, e.g. iconv -f cp949 -t utf-8, to keep them)",
+                       file=stream or sys.stderr)
 
 
 def iter_lines(path: Path, bad: Utf8Counter | None = None) -> Iterator[str]:
     """Decoded lines of a (possibly compressed) text file, without the line break.
 
     A line with invalid UTF-8 bytes is skipped as a whole (decoding around bad bytes would glue
-    broken Hangul syllables into the corpus) and counted in ``bad``.
+    broken Hangul syllables into the corpus) and counted in ``bad``. When the file ends with more
+    skipped lines than read ones, it is refused (InputError): not UTF-8 text.
     """
     try:
         f = open_binary(path)
     except FileNotFoundError:
         raise InputError(f"{path}: file not found (check the path)") from None
+    read = skipped = 0
     with f:
         try:
             for raw in f:
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError:
+                    skipped += 1
                     if bad is not None:
                         bad.add(path, raw)
                     continue
+                read += 1
                 yield line.rstrip("\r\n")
         except (OSError, EOFError) as e:  # truncated/corrupt gzip, not gzip at all...
             raise InputError(f"{path}: cannot read ({e}); check that the file is complete and its "
                              f"compression matches its suffix") from None
+    if skipped > read:
+        raise InputError(f"{path}: {skipped} of {read + skipped} lines are not valid UTF-8, so this is not UTF-8 "
+                         f"text; re-encode it (e.g. iconv -f cp949 -t utf-8) or leave it out")
 
 
 def iter_file_texts(path: Path, bad: Utf8Counter | None = None, text_field: str = "text") -> Iterator[str]:

@@ -5,6 +5,8 @@ Pipeline
    splits folder (`python -m tokenization.prepare_corpus`), text/jsonl/parquet files or a folder
    of them (valid/test held out after a fixed shuffle), a Hub dataset id, or "konlpy" (the small
    Korean corpora shipped inside the PyPI package konlpy; read as plain files, no Java).
+   .txt and .jsonl files (also .gz/.bz2/.xz) are read by the corpus preparation's reader
+   (`tokenization.corpus_io`): a line that is not UTF-8 is skipped and counted, not fatal.
 2. `build_token_rows`: tokenise every sentence once (`datasets.map`), wrap it as `[CLS] ... [SEP]`
    (`<s> ... </s>`), cut sentences longer than a row, and pack consecutive sentences into rows of
    at most `max_seq_length` tokens (`seg_lengths` records the sentences of a row; attention is
@@ -29,9 +31,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-CACHE_VERSION = 1
-TEXT_SUFFIXES = {".txt": "text", ".gz": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet",
-                 ".arrow": "arrow", ".csv": "csv"}
+from tokenization.corpus_io import COMPRESSED, Utf8Counter, base_suffix, iter_file_texts
+from tokenization.errors import InputError
+
+CACHE_VERSION = 2  # 2: text files read by tokenization.corpus_io (lines split at "\n" only)
+# Read line by line by tokenization.corpus_io (which also opens .gz/.bz2/.xz); the structured formats
+# go to the datasets builder of the same name.
+LINE_SUFFIXES = (".txt", ".jsonl")
+BUILDERS = {".json": "json", ".parquet": "parquet", ".arrow": "arrow", ".csv": "csv"}
 SPLIT_NAMES = {"train": ("train",), "valid": ("valid", "validation", "dev"), "test": ("test",)}
 
 
@@ -57,17 +64,19 @@ def konlpy_corpus_files() -> list[Path]:
 def _data_files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
-    return sorted(p for p in path.rglob("*") if p.is_file() and _builder(p) and not p.name.startswith("."))
+    files = sorted(p for p in path.rglob("*") if p.is_file() and _builder(p) and not p.name.startswith("."))
+    if not files:
+        raise InputError(f"{path}: no data files in this folder (.txt or .jsonl, also .gz/.bz2/.xz, or .json, "
+                         ".parquet, .arrow, .csv)")
+    return files
 
 
 def _builder(path: Path) -> str | None:
-    suffixes = path.suffixes
-    if not suffixes:
-        return None
-    last = suffixes[-1]
-    if last == ".gz" and len(suffixes) > 1:
-        last = suffixes[-2]
-    return TEXT_SUFFIXES.get(last)
+    """"lines" (read by tokenization.corpus_io), a datasets builder name, or None (not a data file)."""
+    suffix = base_suffix(path)
+    if suffix in LINE_SUFFIXES or (suffix == "" and path.suffix.lower() in COMPRESSED):
+        return "lines"
+    return BUILDERS.get(suffix)
 
 
 def _is_saved_dataset(path: Path) -> bool:
@@ -81,8 +90,34 @@ def _load_files(files: list[Path], text_column: str, cache_dir: str | None):
     if len(builders) != 1:
         raise ValueError(f"data files of mixed formats {sorted(map(str, builders))}: {files[:5]}")
     builder = builders.pop()
+    if builder == "lines":
+        # Not datasets' "text"/"json" builders: they stop at the first line that is not UTF-8, where the
+        # corpus reader skips and counts it as the corpus preparation does. from_generator keeps datasets'
+        # cache (keyed by the generator's arguments, so by the files' sizes and times) and Arrow storage.
+        files_key = [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+        return datasets.Dataset.from_generator(read_texts, features=datasets.Features({"text": datasets.Value("string")}),
+                                               gen_kwargs=dict(files=files_key, text_column=text_column),
+                                               cache_dir=cache_dir)
     ds = datasets.load_dataset(builder, data_files=[str(f) for f in files], split="train", cache_dir=cache_dir)
     return _text_only(ds, text_column)
+
+
+def read_texts(files: list, text_column: str):
+    """{"text": ...} for every non-blank text of `files` ([path, size, mtime] each; size and time only key the
+    cache), read by `tokenization.corpus_io.iter_file_texts`. Lines that are not UTF-8 are skipped and
+    summarised per file on stderr when the files are read (a later run that reuses the cached dataset
+    does not read them again). Files with no text at all are an InputError."""
+    bad = Utf8Counter()
+    found = False
+    for path, _size, _mtime in files:
+        for text in iter_file_texts(Path(path), bad, text_column):
+            if text.strip():
+                found = True
+                yield {"text": text}
+    bad.warn()
+    if not found:
+        names = ", ".join(str(path) for path, _, _ in files[:3]) + (", ..." if len(files) > 3 else "")
+        raise InputError(f"{names}: no text to train on (empty or blank)")
 
 
 def _text_only(ds, text_column: str):

@@ -433,10 +433,8 @@ def run_post_training(config: PostTrainConfig) -> dict:
                                       streaming=config.streaming,
                                       stream_limit=(config.max_train_sentences + config.valid_size + config.test_size)
                                       if config.max_train_sentences else None)
-        except Exception as error:  # the user's files: datasets' generation errors, bad encodings, torn .gz ...
-            raise ConfigError("data", f"cannot read {data}: {_root_cause(error)}. Prepare raw text with `python -m "
-                              "tokenization.prepare_corpus --input FILES --out DIR` (it skips and counts bad "
-                              "lines) and train on --data DIR") from None
+        except Exception as error:  # the user's files (empty, binary, torn .gz, ...): the cause names the file and fix
+            raise ConfigError("data", f"cannot read {data}: {_root_cause(error)}") from None
     if config.max_train_sentences:
         splits["train"] = splits["train"].select(range(min(config.max_train_sentences, len(splits["train"]))))
     if config.max_eval_sentences:
