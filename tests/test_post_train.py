@@ -369,6 +369,24 @@ def test_a_line_that_is_not_utf8_is_skipped_and_counted_alike_by_post_training_a
                                                    "to keep them)"]
 
 
+def test_text_without_the_target_script_is_refused_unless_the_check_is_off(tiny, tmp_path, capsys):
+    english = "the cat sat on a mat while two dogs ran through the park".split()
+    data = tmp_path / "english"
+    data.mkdir()
+    (data / "en.txt").write_text("\n".join(" ".join(random.Random(i).sample(english, 6)) for i in range(300)) + "\n")
+    assert post_train.main(run_args(tiny, tmp_path / "out", data=data)) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "`data`" in errors[0] and "Traceback" not in err, err
+    assert "0% of 220 sampled training texts" in errors[0] and "hangul" in errors[0], errors[0]
+    assert "--language" in errors[0] and "--min-script-share 0" in errors[0]
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+    _reset_accelerate()
+    summary = run_inprocess(run_args(tiny, tmp_path / "out", data=data, min_script_share=0, train_steps=2,
+                                     phase1_steps=1))
+    assert summary["total_steps"] == 2 and summary["config"]["min_script_share"] == 0
+
+
 def test_tokenizer_family_must_match_the_source(tiny, tmp_path, capsys):
     argv = run_args(tiny, tmp_path / "out", tokenizer=tiny["roberta"][1])  # bert source, roberta tokenizer
     assert post_train.main(argv) == 2
@@ -431,6 +449,8 @@ def test_malformed_yaml_is_one_line(tmp_path, capsys):
     (["--num-workers", "-1"], "num_workers"),
     (["--valid-size", "-5"], "valid_size"),
     (["--tokenizer-train-sentences", "0"], "tokenizer_train_sentences"),
+    (["--language", "xx"], "language"),
+    (["--min-script-share", "1.5"], "min_script_share"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else v)
 def test_out_of_range_value_is_one_line_at_dry_run(flags, field, capsys):
     assert post_train.main(["--config", str(REPO_ROOT / "configs" / "demo.yaml"), "--dry-run", *flags]) == 2

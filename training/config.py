@@ -100,6 +100,10 @@ class PostTrainConfig:
     data_config: str | None = arg(None, "Hub dataset configuration name")
     streaming: bool = arg(False, "Hub data: stream only max_train_sentences + valid_size + test_size records")
     text_column: str = arg("text", "text column of Hub datasets and .jsonl/.parquet files")
+    language: str = arg("ko", "ISO 639 code of the target language; its script (Hangul for ko, as prepare_corpus --language) is "
+                        "what min_script_share looks for")
+    min_script_share: float = arg(0.5, "refuse to train when fewer than this share of (up to 1,000 randomly sampled) training "
+                                  "texts hold a character of the language's script, e.g. English text given for ko; 0: no check")
     valid_size: int = arg(2000, "sentences held out for valid when the data has no valid split")
     test_size: int = arg(2000, "sentences held out for test when the data has no test split")
     max_train_sentences: int | None = arg(None, "use only the first N train sentences (data-efficiency settings)")
@@ -432,6 +436,16 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
         raise ConfigError("mlm_probability", f"must be in (0, 1), got {c.mlm_probability}")
     if c.mask_replace_prob < 0 or c.random_replace_prob < 0 or c.mask_replace_prob + c.random_replace_prob > 1:
         raise ConfigError("mask_replace_prob", "mask_replace_prob and random_replace_prob must be >= 0 and sum to <= 1")
+    if not 0 <= c.min_script_share <= 1:
+        raise ConfigError("min_script_share", f"must be in [0, 1], got {c.min_script_share}")
+    if c.min_script_share > 0:
+        from tokenization.korean_text import script_filter
+
+        try:
+            script_filter(c.language)
+        except ValueError:
+            raise ConfigError("language", f"no script is known for {c.language!r}: give a code such as ko, ja, ru, or "
+                              "set min_script_share 0 to train without the script check") from None
     if not 0 <= c.wop_probability <= 1:
         raise ConfigError("wop_probability", f"must be in [0, 1], got {c.wop_probability}")
     if not 0 < c.wop_fraction <= 1:

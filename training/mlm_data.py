@@ -120,6 +120,29 @@ def read_texts(files: list, text_column: str):
         raise InputError(f"{names}: no text to train on (empty or blank)")
 
 
+SCRIPT_SAMPLE = 1000
+
+
+def check_target_script(texts, *, language: str, min_share: float, data: str) -> None:
+    """Refuse training text in which fewer than `min_share` of up to SCRIPT_SAMPLE randomly sampled texts
+    (a fixed sample) hold a character of `language`'s script: a corpus in the wrong language would
+    otherwise train to the end and exit 0. Raises ConfigError (field `data`)."""
+    from tokenization.korean_text import script_filter
+    from training.config import ConfigError
+
+    if min_share <= 0 or len(texts) == 0:
+        return
+    script, pattern = script_filter(language)
+    rows = np.random.default_rng(0).choice(len(texts), size=min(len(texts), SCRIPT_SAMPLE), replace=False)
+    sample = texts.select(np.sort(rows))["text"]
+    share = sum(1 for text in sample if pattern.search(text)) / len(sample)
+    if share < min_share:
+        raise ConfigError("data", f"only {share:.0%} of {len(sample)} sampled training texts of {data} contain {script} "
+                          f"characters, the script of language {language} (min_script_share {min_share:g}): check "
+                          "--data, or set --language to the language of the text, or --min-script-share 0 to "
+                          "train on it anyway")
+
+
 def _text_only(ds, text_column: str):
     if text_column not in ds.column_names:
         raise ValueError(f"text_column {text_column!r} not in the data columns {ds.column_names}")

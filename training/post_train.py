@@ -345,6 +345,7 @@ def run_post_training(config: PostTrainConfig) -> dict:
         Masker,
         TrainMicroBatches,
         build_token_rows,
+        check_target_script,
         describe_data_source,
         load_text_splits,
         row_stats,
@@ -441,6 +442,7 @@ def run_post_training(config: PostTrainConfig) -> dict:
         for split in ("valid", "test"):
             if split in splits:
                 splits[split] = splits[split].select(range(min(config.max_eval_sentences, len(splits[split]))))
+    check_target_script(splits["train"], language=config.language, min_share=config.min_script_share, data=data)
     tokenizer, tokenizer_ref = get_tokenizer(config, output_dir, splits, source_fam, accelerator, log)
     tok_fam = detect_tokenizer_family(tokenizer)
     if source_fam and tok_fam and source_fam != tok_fam:
