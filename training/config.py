@@ -101,7 +101,7 @@ class PostTrainConfig:
     streaming: bool = arg(False, "Hub data: stream only max_train_sentences + valid_size + test_size records")
     text_column: str = arg("text", "text column of Hub datasets and .jsonl/.parquet files")
     language: str = arg("ko", "ISO 639 code of the target language; its script (Hangul for ko, as prepare_corpus --language) is "
-                        "what min_script_share looks for")
+                        "what min_script_share looks for (none: no script check)")
     min_script_share: float = arg(0.5, "refuse to train when fewer than this share of (up to 1,000 randomly sampled) training "
                                   "texts hold a character of the language's script, e.g. English text given for ko; 0: no check")
     valid_size: int = arg(2000, "sentences held out for valid when the data has no valid split")

@@ -130,9 +130,9 @@ def check_target_script(texts, *, language: str, min_share: float, data: str) ->
     from tokenization.korean_text import script_filter
     from training.config import ConfigError
 
-    if min_share <= 0 or len(texts) == 0:
-        return
     script, pattern = script_filter(language)
+    if pattern is None or min_share <= 0 or len(texts) == 0:  # language "none": no script to look for
+        return
     rows = np.random.default_rng(0).choice(len(texts), size=min(len(texts), SCRIPT_SAMPLE), replace=False)
     sample = texts.select(np.sort(rows))["text"]
     share = sum(1 for text in sample if pattern.search(text)) / len(sample)
