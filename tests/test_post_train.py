@@ -385,6 +385,14 @@ def test_text_without_the_target_script_is_refused_unless_the_check_is_off(tiny,
     summary = run_inprocess(run_args(tiny, tmp_path / "out", data=data, min_script_share=0, train_steps=2,
                                      phase1_steps=1))
     assert summary["total_steps"] == 2 and summary["config"]["min_script_share"] == 0
+    import datasets
+
+    from training.mlm_data import check_target_script
+
+    english_only = datasets.Dataset.from_dict({"text": ["the cat sat on a mat"]})
+    check_target_script(english_only, language="none", min_share=0.5, data="x")  # no language: nothing to check
+    with pytest.raises(ConfigError, match="`data`"):
+        check_target_script(english_only, language="ko", min_share=0.5, data="x")
 
 
 def test_tokenizer_family_must_match_the_source(tiny, tmp_path, capsys):
