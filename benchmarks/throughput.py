@@ -8,7 +8,7 @@ Every path runs `training.step.training_step` (forward, loss scaled to the globa
 backward, clip to 1.0, AdamW step, schedule step, zero_grad), phase 2 (everything trains),
 dropout on, one micro-batch of B rows x seq-len per step:
 
-  stock-eager   `BertForMaskedLM` / `RobertaForMaskedLM` of the same dimensions (`XPTForMaskedLM.to_stock()`:
+  stock-eager   `BertForMaskedLM` / `RobertaForMaskedLM` of the same dimensions (`modeling_xpt.to_stock`:
                 every layer of XPT, ITLs included), run_mlm's recipe: texts tokenised with their special
                 tokens, concatenated and cut into seq-len blocks (attention over the whole block),
                 transformers' `DataCollatorForLanguageModeling` (15%), dense LM head and cross-entropy
@@ -303,11 +303,12 @@ class Runner:
 def build_runner(path: Path_, xpt_model, tokenizer, texts, args, workdir, accelerator, n_batches: int) -> Runner:
     import copy
 
+    from modeling_xpt import to_stock
     from training.post_train import build_optimizer, compile_for_training
 
     device = accelerator.device
     if path.stock:
-        model = xpt_model.to_stock()
+        model = to_stock(xpt_model)
         batches = stock_batches(texts, tokenizer, args, n_batches)
     else:
         model = copy.deepcopy(xpt_model)

@@ -1,5 +1,8 @@
 """XPT model package: configuration, model classes, conversion from BERT/RoBERTa, stock export.
 
+`configuration_xpt.py` and `modeling_xpt.py` hold the model and travel with every saved folder as
+Hub remote code; `conversion.py` (`from_source`, `to_stock`) and the command lines stay here.
+
 Importing the package registers the XPT classes with the transformers Auto classes in this
 process, and marks them for `save_pretrained` to copy `configuration_xpt.py` and
 `modeling_xpt.py` next to the weights (with `auto_map`), so saved folders load anywhere with
@@ -14,11 +17,11 @@ from transformers import (
     AutoModelForTokenClassification,
 )
 
-from .configuration_xpt import XPT_AUTO_MAP, XPTConfig
+from .configuration_xpt import SUPPORTED_SOURCE_FAMILIES, XPT_AUTO_MAP, XPTConfig
+from .conversion import from_source, to_stock
 from .modeling_xpt import (
     PARAMETER_GROUPS,
     PHASE1_GROUPS,
-    SUPPORTED_SOURCE_FAMILIES,
     XPTForMaskedLM,
     XPTForQuestionAnswering,
     XPTForSequenceClassification,
@@ -54,5 +57,7 @@ __all__ = [
     "XPTForTokenClassification",
     "XPTModel",
     "XPTPreTrainedModel",
+    "from_source",
     "save_tokenizer",
+    "to_stock",
 ]

@@ -17,6 +17,8 @@ XPT_AUTO_MAP = {
     "AutoModelForTokenClassification": "modeling_xpt.XPTForTokenClassification",
     "AutoModelForQuestionAnswering": "modeling_xpt.XPTForQuestionAnswering",
 }
+# Model types of the English sources XPT converts.
+SUPPORTED_SOURCE_FAMILIES = ("bert", "roberta", "xlm-roberta", "electra")
 
 
 class XPTConfig(PretrainedConfig):
@@ -67,7 +69,11 @@ class XPTConfig(PretrainedConfig):
             What the sentence head reads: `"first"` the first token's state (RoBERTa's head), `"mean"` the
             mean over non-padding tokens (the pooling of sentence-transformers sources such as all-MiniLM-L6-v2).
         source_model_type (`str`, *optional*, defaults to `"roberta"`):
-            Family of the English source checkpoint (`"bert"` or `"roberta"`); decides the stock export.
+            Layer layout of the English source checkpoint: `"bert"` (BERT, ELECTRA) or `"roberta"` (RoBERTa,
+            XLM-RoBERTa).
+        source_architecture (`str`, *optional*):
+            Model type of the English source checkpoint (`"bert"`, `"roberta"`, `"xlm-roberta"` or `"electra"`):
+            the stock class a stock export is written as. Unset: `source_model_type`.
         source_name_or_path (`str`, *optional*):
             Hub id or path of the English source checkpoint (provenance, used by model cards).
         language (`str`, *optional*):
@@ -81,78 +87,61 @@ class XPTConfig(PretrainedConfig):
             Tie the MLM decoder to the target embeddings (Eq. 5).
 
     The attention implementation is chosen with `attn_implementation="sdpa"` (default) or `"eager"`.
+
+    Example:
+
+    ```python
+    >>> from modeling_xpt import XPTConfig, XPTForMaskedLM
+
+    >>> config = XPTConfig(vocab_size=32000, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+    ...                    intermediate_size=1024)
+    >>> model = XPTForMaskedLM(config)  # 4 reused layers + ITL_in + ITL_out, random weights
+    ```
     """
 
     model_type = "xpt"
 
-    def __init__(
-        self,
-        vocab_size: int = 50000,
-        hidden_size: int = 768,
-        num_hidden_layers: int = 12,
-        num_attention_heads: int = 12,
-        intermediate_size: int = 3072,
-        hidden_act: str = "gelu",
-        hidden_dropout_prob: float = 0.1,
-        attention_probs_dropout_prob: float = 0.1,
-        max_position_embeddings: int = 514,
-        type_vocab_size: int = 1,
-        initializer_range: float = 0.02,
-        layer_norm_eps: float = 1e-5,
-        position_offset: int = 2,
-        use_itl_in: bool = True,
-        use_itl_out: bool = True,
-        adapter_size: int = 0,
-        pad_vocab_to_multiple_of: int = 64,
-        classifier_dropout: float | None = None,
-        classifier_pooling: str = "first",
-        source_model_type: str = "roberta",
-        source_name_or_path: str | None = None,
-        language: str | None = None,
-        mask_token_id: int | None = None,
-        pad_token_id: int | None = 1,
-        bos_token_id: int | None = 0,
-        eos_token_id: int | None = 2,
-        tie_word_embeddings: bool = True,
-        **kwargs,
-    ):
-        if hidden_size % num_attention_heads:
-            raise ValueError(f"hidden_size={hidden_size} is not a multiple of num_attention_heads={num_attention_heads}")
-        if classifier_pooling not in ("first", "mean"):
-            raise ValueError(f"classifier_pooling={classifier_pooling!r}: use 'first' or 'mean'")
-        if source_model_type not in ("bert", "roberta"):
-            raise ValueError(f"source_model_type={source_model_type!r}: XPT supports 'bert' and 'roberta' sources")
-        self.vocab_size = vocab_size
-        self.hidden_size = hidden_size
-        self.num_hidden_layers = num_hidden_layers
-        self.num_attention_heads = num_attention_heads
-        self.intermediate_size = intermediate_size
-        self.hidden_act = hidden_act
-        self.hidden_dropout_prob = hidden_dropout_prob
-        self.attention_probs_dropout_prob = attention_probs_dropout_prob
-        self.max_position_embeddings = max_position_embeddings
-        self.type_vocab_size = type_vocab_size
-        self.initializer_range = initializer_range
-        self.layer_norm_eps = layer_norm_eps
-        self.position_offset = position_offset
-        self.use_itl_in = use_itl_in
-        self.use_itl_out = use_itl_out
-        self.adapter_size = adapter_size
-        self.pad_vocab_to_multiple_of = pad_vocab_to_multiple_of
-        self.classifier_dropout = classifier_dropout
-        self.classifier_pooling = classifier_pooling
-        self.source_model_type = source_model_type
-        self.source_name_or_path = source_name_or_path
-        self.language = language
-        self.mask_token_id = mask_token_id
+    vocab_size: int = 50000
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float | int = 0.1
+    attention_probs_dropout_prob: float | int = 0.1
+    max_position_embeddings: int = 514
+    type_vocab_size: int = 1
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-5
+    position_offset: int = 2
+    use_itl_in: bool = True
+    use_itl_out: bool = True
+    adapter_size: int = 0
+    pad_vocab_to_multiple_of: int = 64
+    classifier_dropout: float | int | None = None
+    classifier_pooling: str = "first"
+    source_model_type: str = "roberta"
+    source_architecture: str | None = None
+    source_name_or_path: str | None = None
+    language: str | None = None
+    mask_token_id: int | None = None
+    pad_token_id: int | None = 1
+    bos_token_id: int | None = 0
+    eos_token_id: int | None = 2
+    tie_word_embeddings: bool = True
+
+    def __post_init__(self, **kwargs):
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(f"hidden_size={self.hidden_size} is not a multiple of "
+                             f"num_attention_heads={self.num_attention_heads}")
+        if self.classifier_pooling not in ("first", "mean"):
+            raise ValueError(f"classifier_pooling={self.classifier_pooling!r}: use 'first' or 'mean'")
+        if self.source_model_type not in ("bert", "roberta"):
+            raise ValueError(f"source_model_type={self.source_model_type!r}: XPT supports 'bert' and 'roberta' sources")
+        if self.source_architecture not in (None, *SUPPORTED_SOURCE_FAMILIES):
+            raise ValueError(f"source_architecture={self.source_architecture!r}: one of {SUPPORTED_SOURCE_FAMILIES}")
         kwargs.setdefault("auto_map", dict(XPT_AUTO_MAP))
-        super().__init__(
-            pad_token_id=pad_token_id,
-            bos_token_id=bos_token_id,
-            eos_token_id=eos_token_id,
-            tie_word_embeddings=tie_word_embeddings,
-            **kwargs,
-        )
+        super().__post_init__(**kwargs)
 
     @property
     def padded_vocab_size(self) -> int:

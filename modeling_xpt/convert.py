@@ -15,8 +15,8 @@ import json
 import torch
 from transformers import AutoTokenizer
 
-from . import XPTForMaskedLM
 from ._cli import check_output_folder, run
+from .conversion import from_source
 from .tokenizer_files import recorded_language, save_tokenizer
 
 
@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     check_output_folder(args.out, overwrite=args.overwrite, reads=(source, args.tokenizer))
     torch.manual_seed(args.seed)
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    model = XPTForMaskedLM.from_source(
+    model = from_source(
         source,
         tokenizer,
         init=args.init,

@@ -15,6 +15,7 @@ from transformers import AutoTokenizer
 
 from . import XPTForMaskedLM
 from ._cli import check_output_folder, run
+from .conversion import check_vocabulary, to_stock
 from .tokenizer_files import save_tokenizer
 
 
@@ -27,8 +28,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     check_output_folder(args.out, overwrite=args.overwrite, reads=(args.model_dir,))
 
+    check_vocabulary(args.model_dir)
     model = XPTForMaskedLM.from_pretrained(args.model_dir).eval()
-    stock = model.to_stock()
+    stock = to_stock(model)
     tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
     stock.save_pretrained(args.out)
     save_tokenizer(tokenizer, args.out)  # names PreTrainedTokenizerFast: transformers 4.x loads it too

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast, RobertaConfig, RobertaForMaskedLM
@@ -63,3 +64,28 @@ def tiny_source(family: str, tokenizer, out_dir: Path | None = None, seed: int =
 
 
 KOREAN_WORDS = "나는 학교에 간다 오늘 날씨가 좋다 서울은 한국의 수도 이다 책을 읽었다 영화가 재미있다 우리 내일 만나자 문장 입니다 .".split()
+
+# ---------------------------------------------------------------- shared by the model and conversion tests
+# (pytest fixtures: a test module imports the ones it uses)
+
+FAMILIES = ["bert", "roberta"]
+TEXTS = ["나는 학교에 간다 .", "오늘 날씨가 좋다", "서울은 한국의 수도 이다 . 책을 읽었다"]
+
+
+def padded_batch(tokenizer, texts):
+    return tokenizer(texts, padding=True, return_tensors="pt")
+
+
+@pytest.fixture(params=FAMILIES)
+def family(request):
+    return request.param
+
+
+@pytest.fixture
+def tok(family):
+    return word_tokenizer(family, KOREAN_WORDS)
+
+
+@pytest.fixture
+def source(family, tok):
+    return tiny_source(family, tok)

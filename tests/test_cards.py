@@ -1,7 +1,7 @@
 """Publishing (cards/): model card, validator, push (up to the upload itself), widgets, demo Space.
 
 Folders are real: a tiny random stock BERT source, a Korean tokenizer trained with
-`tokenization.train_tokenizer` on hand-written sentences, `XPTForMaskedLM.from_source`, and one
+`tokenization.train_tokenizer` on hand-written sentences, `modeling_xpt.from_source`, and one
 real tiny post-training run (`training/post_train.py`) whose numbers the card must carry. The
 network is never used: `cards.push.hub_upload` (the one networked function) is replaced by a
 recorder where a push gets that far. The Space is tested in headless Debian chromium (Playwright);
@@ -86,10 +86,10 @@ def base(tmp_path_factory, korean_sentences):
 @pytest.fixture(scope="module")
 def xpt_dir(base):
     """Converted (not trained) XPT folder with a generated card."""
-    from modeling_xpt import XPTForMaskedLM
+    from modeling_xpt import from_source
 
     out = base["root"] / "xpt"
-    model = XPTForMaskedLM.from_source(str(base["source"]), base["tokenizer"])
+    model = from_source(str(base["source"]), base["tokenizer"])
     model.save_pretrained(out)
     base["tokenizer"].save_pretrained(out)
     write_card(out)
@@ -819,7 +819,7 @@ RUSSIAN_WORDS = "дом река город солнце книга утро в�
 def test_card_for_another_language_from_the_prepared_corpus(tmp_path):
     from transformers import pipeline
 
-    from modeling_xpt import XPTForMaskedLM
+    from modeling_xpt import from_source
     from tokenization.prepare_corpus import prepare
     from tokenization.train_tokenizer import train_tokenizer
 
@@ -832,7 +832,7 @@ def test_card_for_another_language_from_the_prepared_corpus(tmp_path):
     assert stats["language"] == "ru" and stats["sentences_dropped"]["wrong_script"] == 1
     tokenizer = train_tokenizer(lines * 2, 100, family="bert", out_dir=tmp_path / "tok", model_max_length=64)
     folder = tmp_path / "xpt-ru"
-    XPTForMaskedLM.from_source(tiny_source("bert", tokenizer), tokenizer).save_pretrained(folder)
+    from_source(tiny_source("bert", tokenizer), tokenizer).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     (folder / "training_summary.json").write_text(json.dumps(
         {"method": "xpt", "data": {"spec": str(corpus), "train_sentences": stats["splits"]["train"]["sentences"]},

@@ -74,11 +74,11 @@ def stock_model_dir(root: Path, family: str = "bert") -> Path:
 
 def xpt_model_dir(root: Path, tokenizer, train_sentences: int | None = 1000, method: str = "xpt") -> Path:
     """XPT folder: English-side tiny BERT source (its own vocabulary) + Korean target tokenizer."""
-    from modeling_xpt import XPTForMaskedLM
+    from modeling_xpt import from_source
 
     source_tokenizer = word_tokenizer("bert", ["the", "a", "is", "of", "and", "to", "in"])
     source = tiny_source("bert", source_tokenizer, out_dir=root.parent / f"{root.name}-source")
-    model = XPTForMaskedLM.from_source(source, tokenizer, scratch=method == "scratch")
+    model = from_source(source, tokenizer, scratch=method == "scratch")
     model.save_pretrained(root)
     tokenizer.save_pretrained(root)
     if train_sentences is not None:
@@ -733,12 +733,12 @@ def test_hub_loader_conversion_with_in_memory_datasets():
 
 def test_roberta_source_xpt_with_bert_style_tokenizer_gets_no_segment_ids(tmp_path):
     """type_vocab_size 1 (RoBERTa-sourced XPT) + a tokenizer that emits segment ids 1 for pairs: trains."""
-    from modeling_xpt import XPTForMaskedLM
+    from modeling_xpt import from_source
 
     tokenizer = word_tokenizer("bert", KOREAN_WORDS)
     source = tiny_source("roberta", word_tokenizer("roberta", ["the", "a", "of"]))
     model_dir = tmp_path / "xpt-roberta"
-    XPTForMaskedLM.from_source(source, tokenizer).save_pretrained(model_dir)
+    from_source(source, tokenizer).save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     rows = [[w1, w2, f"{i % 5}.0"] for i, (w1, w2) in enumerate(zip(KOREAN_WORDS, reversed(KOREAN_WORDS)))]
     data = tmp_path / "sts"

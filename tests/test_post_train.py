@@ -112,7 +112,7 @@ def source_weights(source_dir) -> dict[str, torch.Tensor]:
 def reused_pairs(names, family):
     """(XPT name, source name) of the reused tensors (encoder, P/S embeddings + LN, MLM transform)."""
     from modeling_xpt import XPTForMaskedLM
-    from modeling_xpt.modeling_xpt import stock_parameter_name
+    from modeling_xpt.conversion import stock_parameter_name
 
     return [(n, stock_parameter_name(n, family)) for n in names
             if XPTForMaskedLM.parameter_group_of(n) in REUSED_GROUPS]
@@ -290,11 +290,11 @@ def test_bad_config_fails_before_training_naming_the_field(tiny, tmp_path, capsy
 def test_unigram_output_bias_starts_at_the_training_token_frequencies(tiny):
     import datasets
 
-    from modeling_xpt import XPTForMaskedLM
+    from modeling_xpt import from_source
 
     source, tok_dir = tiny["bert"]
     tok = word_tokenizer("bert", WORDS)
-    model = XPTForMaskedLM.from_source(str(source), tok)
+    model = from_source(str(source), tok)
     special = tok.all_special_ids
     plain = [i for i in range(len(tok)) if i not in special]
     rows = datasets.Dataset.from_dict({"input_ids": [[tok.cls_token_id, plain[0], plain[0], plain[1], tok.sep_token_id],

@@ -8,7 +8,7 @@ Any config field (`training/config.py`) can be overridden as `--field-name value
 
 The loop, top to bottom (`train`):
 1. Config, tokenizer (loaded, or trained on the train split), text splits -> token rows
-   (tokenised once, packed, cached; `training/mlm_data.py`), model via `XPTForMaskedLM.from_source`.
+   (tokenised once, packed, cached; `training/mlm_data.py`), model via `modeling_xpt.from_source`.
 2. For each phase (data, `PhaseConfig`): set the trainable parameter groups on the *unwrapped*
    model, build a fresh AdamW over the trainable parameters only (no weight decay on biases and
    LayerNorm weights) and its warmup schedule, and `accelerator.prepare` them. At the phase
@@ -169,18 +169,18 @@ def detect_tokenizer_family(tokenizer) -> str | None:
 
 
 def build_model(config: PostTrainConfig, source: str, tokenizer):
-    from modeling_xpt import XPTForMaskedLM
+    from modeling_xpt import from_source
 
     method = config.method
     kwargs = dict(init=config.embedding_init, itl_init=config.itl_init)
     if method in ("xpt", "xpt-sp"):
-        return XPTForMaskedLM.from_source(source, tokenizer, **kwargs)
+        return from_source(source, tokenizer, **kwargs)
     if method == "xpt-no-itl":
-        return XPTForMaskedLM.from_source(source, tokenizer, use_itl_in=False, use_itl_out=False, **kwargs)
+        return from_source(source, tokenizer, use_itl_in=False, use_itl_out=False, **kwargs)
     if method == "scratch":
-        return XPTForMaskedLM.from_source(source, tokenizer, scratch=True)
+        return from_source(source, tokenizer, scratch=True)
     if method == "adapters":
-        return XPTForMaskedLM.from_source(source, tokenizer, use_itl_in=False, use_itl_out=False,
+        return from_source(source, tokenizer, use_itl_in=False, use_itl_out=False,
                                           adapter_size=config.adapter_size, init=config.embedding_init)
     raise ConfigError("method", f"unknown method {method!r}")
 

