@@ -86,12 +86,20 @@ def run_inprocess(argv) -> dict:
     return json.loads((out / "training_summary.json").read_text())
 
 
-def run_subprocess(args, launcher=(PYTHON,), check=True, timeout=600):
+def run_subprocess(args, launcher=(PYTHON,), check=True, timeout=600, script=REPO_ROOT / "training" / "post_train.py"):
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    proc = subprocess.run([*launcher, str(REPO_ROOT / "training" / "post_train.py"), *args], cwd=REPO_ROOT,
+    proc = subprocess.run([*launcher, str(script), *map(str, args)], cwd=REPO_ROOT,
                           env=env, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def run_killed_after(step: int, args):
+    """Post-training in a subprocess that dies right after optimiser step `step`, as if killed
+    (tests/interrupted_post_train.py): exit status 17, no summary, no final save."""
+    proc = run_subprocess([step, *args], check=False, script=REPO_ROOT / "tests" / "interrupted_post_train.py")
+    assert proc.returncode == 17, proc.stderr[-3000:]
     return proc
 
 
@@ -579,8 +587,7 @@ def test_kill_mid_phase2_then_resume_matches_uninterrupted_run(tiny, tmp_path):
     full, cut = tmp_path / "full", tmp_path / "cut"
     common = dict(train_steps=10, phase1_steps=4, save_steps=2, save_total_limit=2)
     run_subprocess(run_args(tiny, full, **common))
-    proc = run_subprocess(run_args(tiny, cut, **common) + ["--stop-after-steps", "7"], check=False)
-    assert proc.returncode == 17, proc.stderr[-3000:]  # hard exit after step 7 (phase 2), as if killed
+    run_killed_after(7, run_args(tiny, cut, **common))  # in phase 2
     assert not (cut / "training_summary.json").exists()
     assert [s for s, _ in list_checkpoints(cut)] == [2, 6]  # step 4 ends phase 1: phase ends are not checkpointed
     proc = run_subprocess(run_args(tiny, cut, **common) + ["--resume", "latest"])
@@ -602,8 +609,7 @@ def test_resume_with_dropout_on_matches_uninterrupted_run(tiny, tmp_path, stop_a
     common = dict(source=source, train_steps=10, phase1_steps=4, save_steps=2, save_total_limit=2,
                   num_workers=num_workers)
     run_subprocess(run_args(tiny, full, **common))
-    proc = run_subprocess(run_args(tiny, cut, **common) + ["--stop-after-steps", str(stop_after)], check=False)
-    assert proc.returncode == 17, proc.stderr[-3000:]
+    run_killed_after(stop_after, run_args(tiny, cut, **common))
     run_subprocess(run_args(tiny, cut, **common) + ["--resume", "latest"])
     assert losses(cut) == losses(full)
     a = checkpoint_weights(latest_checkpoint(full))
@@ -648,8 +654,7 @@ def test_resume_survives_a_torn_log_and_skips_a_checkpoint_that_does_not_load(ti
     full, cut = tmp_path / "full", tmp_path / "cut"
     common = dict(train_steps=10, phase1_steps=4, save_steps=2, save_total_limit=2)
     run_subprocess(run_args(tiny, full, **common))
-    proc = run_subprocess(run_args(tiny, cut, **common) + ["--stop-after-steps", "7"], check=False)
-    assert proc.returncode == 17
+    run_killed_after(7, run_args(tiny, cut, **common))
     latest = latest_checkpoint(cut)
     assert latest.name == "checkpoint-6"
     with open(cut / "losses.jsonl", "a", encoding="utf-8") as f:

@@ -157,7 +157,6 @@ class PostTrainConfig:
                                   "source's known licence; a source without one, or method scratch, needs it)")
     num_workers: int = arg(0, "data-loader worker processes (0: batches built in the training process)")
     max_steps: int | None = arg(None, "quick runs: scale every phase down so all phases total N steps (each keeps >= 1); train_steps/phase1_steps set the full plan")
-    stop_after_steps: int | None = arg(None, "testing resume: exit abruptly after N steps, as if killed (no summary, no final save); unlike max_steps the plan is unchanged")
     resume: str | None = arg(None, "continue an interrupted run: \"latest\" (the newest complete checkpoint in output_dir) or a checkpoint folder")
     overwrite_output_dir: bool = arg(False, "a fresh run into a folder that holds checkpoints or a summary: delete them first")
     dry_run: bool = arg(False, "validate the config and print the plan; nothing is downloaded or trained")
@@ -424,7 +423,7 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
         if getattr(c, name) < 0:
             raise ConfigError(name, f"must be >= 0, got {getattr(c, name)}")
     for name in ("per_device_batch_size", "gradient_accumulation_steps", "max_steps", "max_train_sentences",
-                 "max_eval_sentences", "stop_after_steps", "early_stopping_patience", "phase1_learning_rate"):
+                 "max_eval_sentences", "early_stopping_patience", "phase1_learning_rate"):
         if getattr(c, name) is not None and getattr(c, name) <= 0:
             raise ConfigError(name, f"must be > 0 or null, got {getattr(c, name)}")
     for name in ("adam_beta1", "adam_beta2"):
