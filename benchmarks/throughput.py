@@ -18,7 +18,7 @@ dropout on, one micro-batch of B rows x seq-len per step:
                 (`training.step.resolve_speed`: bf16 autocast where the hardware has it; compile on CUDA
                 and on fp32 CPUs, eager under bf16 on CPU): batches from `training/mlm_data.py`
                 (`build_token_rows` next-fit packing, exact-count `Masker`, `collate`'s block mask and
-                restarting positions, `TrainMicroBatches`), the model from `post_train.build_model`,
+                restarting positions, `TrainMicroBatches`), the model from `training/methods.py` (`xpt`),
                 the optimiser from `post_train.build_optimizer`.
   xpt-eager     XPT without compile, static head and fused AdamW (the step before these changes).
   xpt-eager-fused, xpt-compiled, xpt-compiled-exact-head, xpt-compiled-foreach, xpt-fp32
@@ -390,7 +390,7 @@ def main(argv=None) -> int:
     from transformers import AutoTokenizer  # noqa: F401  (import cost outside the timing)
 
     from training.config import source_family
-    from training.post_train import build_model
+    from training.methods import METHODS
 
     config = PostTrainConfig(mixed_precision=args.mixed_precision, compile=args.compile == "true"
                              if args.compile != "auto" else "auto")
@@ -410,7 +410,7 @@ def main(argv=None) -> int:
     family = source_family(source) or "bert"
     tokenizer, tok_desc = load_tokenizer(args, texts, family, workdir)
     torch.manual_seed(args.seed)
-    xpt_model = build_model(PostTrainConfig(method="xpt"), source, tokenizer)
+    xpt_model = METHODS["xpt"].build(source, tokenizer)
     vocab = len(tokenizer)
     n_batches = max(4, args.warmup + args.rounds * args.steps_per_round)
     dtype = torch.bfloat16 if best.mixed_precision == "bf16" else torch.float16 if best.mixed_precision == "fp16" \

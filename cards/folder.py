@@ -11,7 +11,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SUMMARY_FILE = "training_summary.json"
+from training.run_record import SUMMARY_FILE, RunRecord
+
 RESULTS_FILE = "results.json"
 CARD_FILE = "README.md"
 CODE_FILES = ("configuration_xpt.py", "modeling_xpt.py")
@@ -83,7 +84,7 @@ def read_json(path: Path) -> dict | None:
 class FolderInfo:
     path: Path
     config: dict
-    summary: dict | None
+    record: RunRecord | None  # the post-training record (training_summary.json), None for an untrained conversion
     results: list[dict] = field(default_factory=list)
     tokenizer_facts: dict = field(default_factory=dict)
 
@@ -111,7 +112,26 @@ class FolderInfo:
     @property
     def is_untrained(self) -> bool:
         """A conversion nobody has trained: no post-training record and no task head."""
-        return self.summary is None and not self.is_fine_tuned
+        return self.record is None and not self.is_fine_tuned
+
+    @property
+    def method(self) -> str | None:
+        """The post-training method: from the folder's record, else from its fine-tuning results."""
+        if self.record and self.record.method:
+            return self.record.method
+        return ((self.own_results or {}).get("post_training") or {}).get("method")
+
+    @property
+    def source(self) -> str | None:
+        """The English source: as post-training recorded it, else as the config names it."""
+        if self.record and self.record.source_model:
+            return str(self.record.source_model)
+        return self.config.get("source_name_or_path")
+
+    @property
+    def data_spec(self) -> str | None:
+        """The post-training data as given (folder, files, Hub id), when recorded."""
+        return self.record.data.spec if self.record and self.record.data else None
 
     @property
     def mask_token(self) -> str | None:
@@ -171,7 +191,7 @@ def inspect_folder(model_dir: str | Path, extra_results: list[str | Path] = (), 
         elif file != path / RESULTS_FILE:
             raise FileNotFoundError(f"results file {file} does not exist")
     facts = tokenizer_facts(path) if load_tokenizer else {}
-    return FolderInfo(path=path, config=config, summary=read_json(path / SUMMARY_FILE), results=results,
+    return FolderInfo(path=path, config=config, record=RunRecord.read_if_present(path), results=results,
                       tokenizer_facts=facts)
 
 

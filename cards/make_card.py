@@ -24,6 +24,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from training.methods import METHODS
+from training.run_record import PhaseRecord, RunRecord
+
 from .data_sources import describe_data, describe_task, task_hub_dataset
 from .folder import (
     CARD_FILE,
@@ -100,21 +103,17 @@ def license_unknown(method: str | None, source: str | None, fix: str = "pass --l
                           "with the post-training data's terms)")
 
 
-def _method(info: FolderInfo) -> str | None:
-    return (info.summary or {}).get("method") or ((info.own_results or {}).get("post_training") or {}).get("method")
-
-
 def resolve_license(info: FolderInfo, explicit: str | None = None, *, required: bool = False,
                     base_model: str | None = None) -> str | None:
     """The licence of the weights: `explicit`, else the known licence of the model a fine-tune
     started from, else the English source's (a scratch model has no source: it needs `explicit`).
     None when unknown, or LicenseUnknown when `required`."""
-    method = _method(info)
+    method = info.method
     fine_tuned_from = (info.own_results or {}).get("model") if info.is_fine_tuned else None
     licence = known_license(explicit, method, [base_model, fine_tuned_from, info.config.get("source_name_or_path"),
-                                               _summary_source(info)])
+                                               info.source])
     if licence is None and required:
-        raise license_unknown(method, _summary_source(info) or info.config.get("source_name_or_path"))
+        raise license_unknown(method, info.source)
     return licence
 
 CITATION = """@article{lee2021xpt,
@@ -127,16 +126,6 @@ CITATION = """@article{lee2021xpt,
   year    = {2021},
   doi     = {10.3390/app11051975}
 }"""
-
-METHODS = {
-    "xpt": "XPT: new Korean embeddings and two Implicit Translation Layers around the reused English layers, "
-           "two-phase post-training (phase 1 trains only the new parts, phase 2 trains everything)",
-    "xpt-sp": "XPT-SP: the XPT architecture trained in a single phase with nothing frozen",
-    "xpt-no-itl": "XPT without Implicit Translation Layers (ablation): new Korean embeddings, reused English layers",
-    "scratch": "Scratch baseline: the same architecture with every weight random, trained on Korean only "
-               "(no English weights are used)",
-    "adapters": "Adapters baseline: new Korean embeddings and bottleneck adapters in the reused English layers",
-}
 
 # Sentences for fill-mask widgets: (sentence, word to mask). Hand-written Korean.
 MASK_CANDIDATES = [
@@ -206,6 +195,10 @@ def fmt_duration(seconds) -> str:
 
 def _num(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _blank_if_none(value) -> str:
+    return "" if value is None else str(value)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -289,7 +282,7 @@ def widgets_for(info: FolderInfo, tokenizer, language: str = DEFAULT_LANGUAGE, t
     """Widget examples: `texts` (given by the user), else for a language other than Korean the
     held-out sentences of the post-training corpus, else the hand-written Korean sentences."""
     if not texts and language != DEFAULT_LANGUAGE:
-        texts = held_out_sentences(_locate_spec(_data_spec(info)))
+        texts = held_out_sentences(_locate_spec(info.data_spec))
         if not texts:
             raise ValueError(f"no {language_name(language)} widget examples: the post-training corpus has no held-out "
                              "split here; pass --widget TEXT (repeatable)")
@@ -309,7 +302,7 @@ def resolve_language(info: FolderInfo, explicit: str | None = None) -> str:
         return explicit
     from .public import corpus_stats
 
-    stats = corpus_stats(_locate_spec(_data_spec(info))) or {}
+    stats = corpus_stats(_locate_spec(info.data_spec)) or {}
     return stats.get("language") or info.config.get("language") or DEFAULT_LANGUAGE
 
 
@@ -330,33 +323,21 @@ def localise(text: str, language: str) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
-def _summary_source(info: FolderInfo) -> str | None:
-    if info.summary and info.summary.get("source_model"):
-        return str(info.summary["source_model"])
-    return info.config.get("source_name_or_path")
-
-
 def resolve_base_model(info: FolderInfo, override: str | None = None) -> str | None:
     """Hub id of the model this one was made from, or None (never a local path)."""
     if override:
         return override
-    method = _method(info)
     if info.is_fine_tuned and info.own_results:
         # the model it was fine-tuned from (the post-trained encoder), by Hub id; a local folder has none
         # here and is described in the card's body instead
         return hub_source_id(info.own_results.get("model"))
-    if method == "scratch":
+    if info.method == "scratch":
         return None  # nothing of the English model is used
-    for candidate in (info.config.get("source_name_or_path"), _summary_source(info)):
+    for candidate in (info.config.get("source_name_or_path"), info.source):
         hub = hub_source_id(candidate)
         if hub:
             return hub
     return None
-
-
-def _data_spec(info: FolderInfo) -> str | None:
-    data = (info.summary or {}).get("data") or {}
-    return data.get("spec") if isinstance(data, dict) else None
 
 
 def _locate_spec(spec: str | None) -> str | None:
@@ -373,10 +354,9 @@ def eval_results(info: FolderInfo, data_name: str):
     from huggingface_hub import EvalResult
 
     results = []
-    summary = info.summary or {}
-    metrics = summary.get("final_metrics") or {}
-    split = summary.get("final_metrics_split", "test")
-    spec = _data_spec(info)
+    metrics = info.record.final_metrics if info.record else {}
+    split = (info.record.final_metrics_split if info.record else None) or "test"
+    spec = info.data_spec
     hub_ids, _ = describe_data(_locate_spec(spec))
     dataset_type = hub_ids[0] if hub_ids else "held-out-text"
     for key, metric_type, name in INTRINSIC_METRICS:
@@ -418,7 +398,7 @@ def build_metadata(info: FolderInfo, tokenizer, *, model_name: str, license: str
                    language: str = DEFAULT_LANGUAGE, widget_texts: list[str] | None = None):
     from huggingface_hub import ModelCardData
 
-    spec = _data_spec(info)
+    spec = info.data_spec
     hub_datasets, _ = describe_data(_locate_spec(spec))
     task_dataset = task_hub_dataset((info.own_results or {}).get("task")) if info.is_fine_tuned else None
     all_datasets = list(dict.fromkeys([*hub_datasets, *([task_dataset[0]] if task_dataset else []), *datasets]))
@@ -468,34 +448,34 @@ def _join_words(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def describe_phases(phases: list) -> str | None:
+def describe_phases(phases: list[PhaseRecord]) -> str | None:
     """What each phase of the run trained, from the run's own record (training_summary.json
     ``phases[].trainable_groups``); None without a record. A phase that trained every group that
     any phase trained, the reused encoder included, "trained everything"."""
-    named = [p for p in phases if isinstance(p, dict) and p.get("trainable_groups")]
+    named = [p for p in phases if p.trainable_groups]
     if not named:
         return None
-    every = {g for p in named for g in p["trainable_groups"]}
+    every = {g for p in named for g in p.trainable_groups}
     parts = []
     for phase in named:
-        groups = list(phase["trainable_groups"])
+        groups = list(phase.trainable_groups)
         if set(groups) == every and "reused_encoder" in every:
             what = "everything"
         else:
             what = _join_words([GROUP_WORDS.get(g, f"`{g}`") for g in groups])
             if "reused_encoder" not in groups:
                 what += " (the reused English layers frozen)"
-        parts.append(f"{phase.get('name') or 'phase'} trained {what}")
+        parts.append(f"{phase.name or 'phase'} trained {what}")
     return "; ".join(parts)
 
 
 def _made_section(info: FolderInfo, tokenizer) -> list[str]:
-    c, s = info.config, info.summary or {}
+    c, s = info.config, info.record or RunRecord()
     lines = ["## How this checkpoint was made", ""]
-    method = s.get("method") or ((info.own_results or {}).get("post_training") or {}).get("method")
+    method = info.method
     if method:
-        lines.append(f"- **Method**: `{method}` — {METHODS.get(method, 'see training_summary.json')}.")
-    source = _summary_source(info)
+        lines.append(f"- **Method**: `{method}` — {METHODS[method].card if method in METHODS else 'see training_summary.json'}.")
+    source = info.source
     if source:
         hub = hub_source_id(source) or hub_source_id(c.get("source_name_or_path"))
         shown = public_ref(source, "model")
@@ -518,19 +498,19 @@ def _made_section(info: FolderInfo, tokenizer) -> list[str]:
     count = safetensors_parameter_count(info.path)
     if count:
         lines.append(f"- **Stored parameters**: {fmt_int(count)} (from the safetensors file).")
-    tok_ref = public_ref(s.get("tokenizer"), "tokenizer")
+    tok_ref = public_ref(s.tokenizer, "tokenizer")
     lines.append(f"- **Tokenizer**: {fmt_int(len(tokenizer))} tokens, mask token `{tokenizer.mask_token}`"
                  + (f", from {tok_ref}" if tok_ref and not looks_like_hub_id(tok_ref) else f", from `{tok_ref}`" if tok_ref else "") + ".")
-    data = s.get("data") if isinstance(s.get("data"), dict) else None
+    data = s.data
     if data:
         parts = []
         for key, label in (("train_sentences", "train sentences"), ("train_tokens", "train tokens"),
                            ("valid_sentences", "valid sentences"), ("test_sentences", "test sentences")):
-            if _num(data.get(key)):
-                parts.append(f"{fmt_int(data[key])} {label}")
-        lines.append(f"- **Post-training data**: {public_ref(_locate_spec(data.get('spec')), 'corpus') or '?'}"
+            if _num(getattr(data, key)):
+                parts.append(f"{fmt_int(getattr(data, key))} {label}")
+        lines.append(f"- **Post-training data**: {public_ref(_locate_spec(data.spec), 'corpus') or '?'}"
                      + (": " + ", ".join(parts) if parts else "") + ".")
-    phases = s.get("phases") or []
+    phases = s.phases
     trained = describe_phases(phases)
     if trained:
         lines.append(f"- **What each phase trained**: {trained}.")
@@ -538,34 +518,34 @@ def _made_section(info: FolderInfo, tokenizer) -> list[str]:
         lines += ["", "| phase | steps | trainable parameter groups | learning rate | warmup | schedule | stopped early | valid loss at end |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         for phase in phases:
-            steps = fmt_int(phase["steps"]) if _num(phase.get("steps")) else ""
-            if _num(phase.get("planned_steps")) and phase.get("planned_steps") != phase.get("steps"):
-                steps += f" of {fmt_int(phase['planned_steps'])}"
+            steps = fmt_int(phase.steps) if _num(phase.steps) else ""
+            if _num(phase.planned_steps) and phase.planned_steps != phase.steps:
+                steps += f" of {fmt_int(phase.planned_steps)}"
             lines.append("| {} | {} | {} | {} | {} | {} | {} | {} |".format(
-                phase.get("name", ""), steps, ", ".join(phase.get("trainable_groups") or []),
-                phase.get("learning_rate", ""), phase.get("warmup_steps", ""), phase.get("schedule", ""),
-                {True: "yes", False: "no"}.get(phase.get("stopped_early"), ""),
-                fmt_float(phase["valid_loss"]) if _num(phase.get("valid_loss")) else ""))
+                phase.name or "", steps, ", ".join(phase.trainable_groups),
+                _blank_if_none(phase.learning_rate), _blank_if_none(phase.warmup_steps), phase.schedule or "",
+                {True: "yes", False: "no"}.get(phase.stopped_early, ""),
+                fmt_float(phase.valid_loss) if _num(phase.valid_loss) else ""))
         lines.append("")
     facts = []
-    if _num(s.get("total_steps")):
-        facts.append(f"{fmt_int(s['total_steps'])} optimiser steps")
-    if _num(s.get("tokens_seen")):
-        facts.append(f"{fmt_int(s['tokens_seen'])} tokens seen")
-    batch = s.get("batch") or {}
-    if _num(batch.get("global_batch_size")):
-        facts.append(f"global batch {fmt_int(batch['global_batch_size'])} sequences"
-                     + (f" of up to {batch['max_seq_length']} tokens" if _num(batch.get("max_seq_length")) else "")
-                     + (" (packed)" if batch.get("packing") else ""))
-    if _num(s.get("wall_time_s")):
-        facts.append(f"wall time {fmt_duration(s['wall_time_s'])}")
-    if _num(s.get("train_time_s")):
-        facts.append(f"of which optimiser steps {fmt_duration(s['train_time_s'])}")
-    if _num(s.get("tokens_per_s")):
-        facts.append(f"{s['tokens_per_s']:,.1f} tokens/s")
+    if _num(s.total_steps):
+        facts.append(f"{fmt_int(s.total_steps)} optimiser steps")
+    if _num(s.tokens_seen):
+        facts.append(f"{fmt_int(s.tokens_seen)} tokens seen")
+    batch = s.batch
+    if batch and _num(batch.global_batch_size):
+        facts.append(f"global batch {fmt_int(batch.global_batch_size)} sequences"
+                     + (f" of up to {batch.max_seq_length} tokens" if _num(batch.max_seq_length) else "")
+                     + (" (packed)" if batch.packing else ""))
+    if _num(s.wall_time_s):
+        facts.append(f"wall time {fmt_duration(s.wall_time_s)}")
+    if _num(s.train_time_s):
+        facts.append(f"of which optimiser steps {fmt_duration(s.train_time_s)}")
+    if _num(s.tokens_per_s):
+        facts.append(f"{s.tokens_per_s:,.1f} tokens/s")
     if facts:
         lines.append("- **Training**: " + ", ".join(facts) + ".")
-    hw = s.get("hardware") or {}
+    hw = s.hardware or {}
     if hw:
         parts = [f"device `{hw['device']}`" if hw.get("device") else None,
                  f"GPU {hw['gpu']}" if hw.get("gpu") else None,
@@ -601,7 +581,7 @@ def _made_section(info: FolderInfo, tokenizer) -> list[str]:
             lines.append("- **Post-training of the encoder**: "
                          + ", ".join(f"{k} `{public_ref(v) if isinstance(v, str) else v}`" for k, v in post.items()
                                      if v is not None) + ".")
-    if info.summary:
+    if info.record:
         lines.append("")
         lines.append("The full record is in [`training_summary.json`](training_summary.json) (configuration included).")
     lines.append("")
@@ -609,10 +589,10 @@ def _made_section(info: FolderInfo, tokenizer) -> list[str]:
 
 
 def _results_section(info: FolderInfo) -> list[str]:
-    s = info.summary or {}
+    s = info.record or RunRecord()
     lines = []
-    final, valid = s.get("final_metrics") or {}, s.get("valid_metrics") or {}
-    split = s.get("final_metrics_split", "test")
+    final, valid = s.final_metrics, s.valid_metrics
+    split = s.final_metrics_split or "test"
     rows = [(name, final.get(key), valid.get(key)) for key, _, name in INTRINSIC_METRICS
             if _num(final.get(key)) or _num(valid.get(key))]
     own = info.own_results if info.is_fine_tuned else None
@@ -754,11 +734,10 @@ def _stock_section(info: FolderInfo, variant: str, stock_repo_id: str | None, cu
 
 
 def _limitations_section(info: FolderInfo, known_data) -> list[str]:
-    s = info.summary or {}
     lines = ["## Limitations and biases", ""]
-    data = s.get("data") if isinstance(s.get("data"), dict) else {}
-    if data and _num(data.get("train_sentences")):
-        lines.append(f"- Post-trained on {fmt_int(data['train_sentences'])} Korean sentences; the XPT paper uses up to "
+    data = info.record.data if info.record else None
+    if data and _num(data.train_sentences):
+        lines.append(f"- Post-trained on {fmt_int(data.train_sentences)} Korean sentences; the XPT paper uses up to "
                      "4M Korean Wikipedia sentences, and quality grows with data. Check the intrinsic and downstream "
                      "results above before relying on it.")
     if known_data:
@@ -769,8 +748,7 @@ def _limitations_section(info: FolderInfo, known_data) -> list[str]:
     else:
         lines.append("- The Korean it knows reflects its post-training data (see above); domains absent from that "
                      "data are modelled less well, and biases in it can be reproduced by the model.")
-    method = s.get("method") or ((info.own_results or {}).get("post_training") or {}).get("method")
-    if method != "scratch":
+    if info.method != "scratch":
         lines.append("- The reused layers come from an English model: its own biases can carry over.")
     if not info.is_fine_tuned:
         lines.append("- An encoder: it fills masks and produces representations; it does not generate text. Fine-tune "
@@ -789,7 +767,7 @@ def _licence_section(license: str | None, known_data, info: FolderInfo) -> list[
         lines += ["", "Post-training data:", "", "| source | content | licence |", "| --- | --- | --- |"]
         lines += [f"| {name} | {desc} | {lic} |" for name, desc, lic in known_data]
     else:
-        spec = _data_spec(info)
+        spec = info.data_spec
         if spec:
             lines += ["", f"Post-training data ({public_ref(_locate_spec(spec), 'corpus')}): licence not recorded here; "
                       "check it at the source before reuse."]
@@ -825,11 +803,11 @@ def build_card(model_dir: str | Path, *, repo_id: str | None = None, license: st
                           datasets=list(datasets), variant=variant, language=language, widget_texts=widgets)
     widgets = data.to_dict().get("widget") or []
     repo_ref = repo_id or str(info.path)
-    known_data = describe_data(_locate_spec(_data_spec(info)))[1]
+    known_data = describe_data(_locate_spec(info.data_spec))[1]
 
     kind = {"fill-mask": "a Korean masked-language-model encoder",
             "text-classification": "a Korean text classifier"}.get(info.pipeline_tag, f"a Korean {info.pipeline_tag} model")
-    source = _summary_source(info)
+    source = info.source
     made = (f"{kind[0].upper() + kind[1:]} made from an English encoder by **cross-lingual post-training (XPT)**"
             + (f" (English source: `{public_ref(source, 'model')}`)" if source else "") + ".")
     own = info.own_results if info.is_fine_tuned else None

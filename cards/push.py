@@ -38,7 +38,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .folder import CARD_FILE, GENERATED_MARKER, PICKLE_SUFFIXES, RESULTS_FILE, SUMMARY_FILE, inspect_folder, upload_files
+from training.run_record import SUMMARY_FILE, RunRecord
+
+from .folder import CARD_FILE, GENERATED_MARKER, PICKLE_SUFFIXES, RESULTS_FILE, inspect_folder, upload_files
 from .make_card import LicenseUnknown
 from .public import find_local_paths, public_config, public_summary
 from .validate import Report, validate_folder
@@ -191,7 +193,7 @@ def stage_folder(model_dir: Path, stage: Path, *, fmt: str, repo_id: str, regene
                         ("tokenizer_config.json", portable_tokenizer_config)):
         file = stage / name
         if file.is_file():
-            data = json.loads(file.read_text(encoding="utf-8"))
+            data = RunRecord.read(stage).to_dict() if name == SUMMARY_FILE else json.loads(file.read_text(encoding="utf-8"))
             file.unlink()
             file.write_text(json.dumps(clean(data), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return notes

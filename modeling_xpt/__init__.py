@@ -21,7 +21,6 @@ from .configuration_xpt import SUPPORTED_SOURCE_FAMILIES, XPT_AUTO_MAP, XPTConfi
 from .conversion import from_source, to_stock
 from .modeling_xpt import (
     PARAMETER_GROUPS,
-    PHASE1_GROUPS,
     XPTForMaskedLM,
     XPTForQuestionAnswering,
     XPTForSequenceClassification,
@@ -47,7 +46,6 @@ for _auto_class, _model_class in _AUTO_CLASSES.items():
 
 __all__ = [
     "PARAMETER_GROUPS",
-    "PHASE1_GROUPS",
     "SUPPORTED_SOURCE_FAMILIES",
     "XPT_AUTO_MAP",
     "XPTConfig",

@@ -47,8 +47,6 @@ PARAMETER_GROUPS = (
     "adapters",  # bottleneck adapters (Adapters baseline)
     "task_head",  # heads of downstream models
 )
-# Phase 1 of XPT: only what is new for the target language trains.
-PHASE1_GROUPS = ("target_embeddings", "itl", "lm_head_bias")
 
 
 # --------------------------------------------------------------------------------------------
@@ -594,7 +592,6 @@ class XPTForQuestionAnswering(XPTPreTrainedModel):
 
 __all__ = [
     "PARAMETER_GROUPS",
-    "PHASE1_GROUPS",
     "XPTForMaskedLM",
     "XPTForQuestionAnswering",
     "XPTForSequenceClassification",

@@ -55,7 +55,7 @@ def test_batches_are_the_training_batches(tmp_path):
     """XPT batches come from training/mlm_data.py (next-fit packing, exact-count masking, block mask,
     restarting positions); stock batches are run_mlm blocks with no padding."""
     from training.mlm_data import Masker
-    from training.post_train import build_model
+    from training.methods import METHODS
     from training.config import PostTrainConfig
 
     args = _args()
@@ -63,7 +63,7 @@ def test_batches_are_the_training_batches(tmp_path):
     source = tp.source_for("tiny", tmp_path)
     tokenizer, _ = tp.load_tokenizer(tp.parse_args(["--size", "tiny", "--device", "cpu", "--vocab-size", "2000",
                                                     "--seq-len", "32"]), texts, "bert", tmp_path)
-    model = build_model(PostTrainConfig(method="xpt"), source, tokenizer)
+    model = METHODS["xpt"].build(source, tokenizer)
     batches = tp.xpt_batches(texts, tokenizer, model, args, tmp_path, 3, pad_to=32)
     masker = Masker(tokenizer)
     for b in batches:

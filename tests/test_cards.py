@@ -719,6 +719,15 @@ def _space_without_licence(trained_dir, tmp_path):
     write_space(folder, tmp_path / "app2", repo_id="org/x")
 
 
+def test_a_run_record_of_an_unknown_version_is_refused_in_one_line(xpt_dir, tmp_path):
+    folder = copy_folder(xpt_dir, tmp_path / "m")
+    (folder / "training_summary.json").write_text(json.dumps({"schema_version": 99, "method": "xpt"}))
+    proc = cli("-m", "cards.make_card", "--model-dir", str(folder), "--license", "mit", check=2)
+    assert proc.stderr.count("\n") == 1 and "schema version 99" in proc.stderr, proc.stderr
+    with pytest.raises(push_module.PushError, match="schema version 99.*nothing uploaded"):
+        push_module.push_to_hub(folder, "org/x", dry_run=True, load_check=False, license="mit", log=lambda *_: None)
+
+
 def test_licence_follows_the_source_or_is_asked_for(xpt_dir, tmp_path):
     from cards.make_card import LicenseUnknown
 

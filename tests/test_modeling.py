@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from modeling_xpt import PARAMETER_GROUPS, PHASE1_GROUPS, XPTConfig, XPTForMaskedLM, XPTForSequenceClassification, from_source
+from modeling_xpt import PARAMETER_GROUPS, XPTConfig, XPTForMaskedLM, XPTForSequenceClassification, from_source
 from tests.conftest import REPO_ROOT
 from tests.model_factories import (  # noqa: F401 (family, source, tok: pytest fixtures)
     FAMILIES,
@@ -25,6 +25,7 @@ from tests.model_factories import (  # noqa: F401 (family, source, tok: pytest f
     tok,
     word_tokenizer,
 )
+from training.methods import PHASE1_GROUPS
 
 
 # ---------------------------------------------------------------- parameter groups

@@ -257,14 +257,6 @@ def test_saved_dataset_dict_keeps_its_splits(tmp_path):
 # ----------------------------------------------------------------------------------------------
 
 
-def test_config_groups_match_the_model_package():
-    import modeling_xpt
-    from training import config
-
-    assert config.PARAMETER_GROUPS == modeling_xpt.PARAMETER_GROUPS
-    assert config.PHASE1_GROUPS == modeling_xpt.PHASE1_GROUPS
-
-
 @pytest.mark.parametrize("overrides, field", [
     ({"phases": '[{"name": "p", "trainable_groups": ["itl", "decoder_bias"], "steps": 3}]'},
      "phases[0].trainable_groups"),
@@ -1017,7 +1009,7 @@ def test_training_step_settings_give_the_same_update(tiny, settings):
     results = []
     for fused, capacity in ((False, None), (settings["fused"], settings["capacity"])):
         torch.manual_seed(0)
-        model = post_train.build_model(config, str(source), tok).eval()  # no dropout: a deterministic step
+        model = config.method_entry().build(str(source), tok).eval()  # no dropout: a deterministic step
         optimizer, scheduler = post_train.build_optimizer(model, PhaseConfig("p", "all", 10, 1e-3, 0, "constant"),
                                                           config, fused=fused)
         result = training_step(model, [dict(batch)], optimizer, scheduler, accelerator,

@@ -114,6 +114,11 @@ def iter_file_texts(path: Path, bad: Utf8Counter | None = None, text_field: str 
         yield from iter_lines(path, bad)
 
 
+def corpus_complete(path: str | Path) -> bool:
+    """A prepare_corpus output folder whose run finished: its ``COMPLETE_MARKER`` is written last."""
+    return (Path(path) / COMPLETE_MARKER).is_file()
+
+
 def is_prepared_corpus(path: Path) -> bool:
     """A prepare_corpus output folder, finished or not (split folders, marker or hidden build folder)."""
     return path.is_dir() and (any((path / s).is_dir() for s in (*SPLITS, ".building"))

@@ -6,18 +6,9 @@ takes a YAML/JSON list), and validates what can be validated offline. Errors are
 `ConfigError`s whose message starts with the offending field name, raised before any download or
 training.
 
-Phases are data. Unless `phases` is given explicitly, they follow from `method`:
-
-| method | phases (trainable groups) | model |
-| --- | --- | --- |
-| `xpt` | phase1 (`PHASE1_GROUPS`, `phase1_steps`), phase2 (all, the rest of `train_steps`) | ITLs in and out |
-| `xpt-no-itl` | as `xpt` | no ITLs (ablation) |
-| `xpt-sp` | one phase, all groups, `train_steps` | ITLs in and out |
-| `scratch` | one phase, all groups | same architecture, every weight random |
-| `adapters` | one phase, all groups | bottleneck adapters (`adapter_size`), no ITLs |
-
-so every method spends the same `train_steps` on the same batches, and sweeps only override
-`--phase1-steps` / `--phase1-learning-rate`.
+Phases are data. Unless `phases` is given explicitly, they follow from `method` (the table of methods
+is `training/methods.py`): `resolved_phases` turns the method's phase plan into `PhaseConfig`s with
+the config's steps, learning rates and warmup.
 """
 from __future__ import annotations
 
@@ -33,18 +24,13 @@ from pathlib import Path
 
 import yaml
 
+from training.methods import ALL_GROUPS, METHODS, Method
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-METHODS = ("xpt", "xpt-sp", "scratch", "adapters", "xpt-no-itl")
 SCHEDULES = ("linear", "cosine", "constant")
 MIXED_PRECISION = ("auto", "no", "fp16", "bf16")
 AUTO_BOOL = ("auto", True, False)
-# Kept in sync with modeling_xpt.PARAMETER_GROUPS / PHASE1_GROUPS (checked by a test); duplicated
-# so that parsing and --dry-run import neither torch nor transformers.
-PARAMETER_GROUPS = ("target_embeddings", "itl", "reused_encoder", "reused_embeddings", "lm_head_transform",
-                    "lm_head_bias", "adapters", "task_head")
-PHASE1_GROUPS = ("target_embeddings", "itl", "lm_head_bias")
-ALL_GROUPS = "all"
 
 
 class ConfigError(ValueError):
@@ -69,7 +55,12 @@ class PhaseConfig:
     early_stopping_patience: int | None = None  # stop after this many evaluations without a better valid loss
 
     def groups(self) -> list[str]:
-        return list(PARAMETER_GROUPS) if self.trainable_groups == ALL_GROUPS else list(self.trainable_groups)
+        """The parameter groups that train (`modeling_xpt.PARAMETER_GROUPS` names)."""
+        if self.trainable_groups != ALL_GROUPS:
+            return list(self.trainable_groups)
+        from modeling_xpt import PARAMETER_GROUPS  # loads torch: not when the config is only parsed (--help)
+
+        return list(PARAMETER_GROUPS)
 
 
 def arg(default, help: str):
@@ -82,7 +73,7 @@ class PostTrainConfig:
     """Every setting of a post-training run; `--help` prints each field's help and current value."""
 
     # --- model -------------------------------------------------------------------------------
-    method: str = arg("xpt", "xpt | xpt-sp | scratch | adapters | xpt-no-itl (phases per method: see the module docstring)")
+    method: str = arg("xpt", " | ".join(METHODS) + " (models and phases per method: training/methods.py)")
     source: str = arg("roberta-base", "Hub id, folder, or \"package:NAME\" (a package with get_model_path())")
     tokenizer: str | None = arg(None, "folder or Hub id of the Korean tokenizer; None: train one on the train split")
     tokenizer_vocab_size: int = arg(32000, "vocabulary of the tokenizer trained when `tokenizer` is None")
@@ -162,14 +153,20 @@ class PostTrainConfig:
     dry_run: bool = arg(False, "validate the config and print the plan; nothing is downloaded or trained")
 
     # ------------------------------------------------------------------------------------------
+    def method_entry(self) -> Method:
+        """The entry of `method` in the table of methods (training/methods.py)."""
+        if self.method not in METHODS:
+            raise ConfigError("method", f"{self.method!r} is not one of {tuple(METHODS)}")
+        return METHODS[self.method]
+
     def resolved_phases(self) -> list[PhaseConfig]:
         """The phases to run: explicit ones, or the method's, scaled to `max_steps` when set."""
         if self.phases:
             phases = [dataclasses.replace(p) for p in self.phases]
-        elif self.method in ("xpt", "xpt-no-itl"):
+        elif self.method_entry().phase1_groups is not None:
             lr1 = self.phase1_learning_rate if self.phase1_learning_rate is not None else self.learning_rate
             phases = [
-                PhaseConfig("phase1", list(PHASE1_GROUPS), self.phase1_steps, lr1,
+                PhaseConfig("phase1", list(self.method_entry().phase1_groups), self.phase1_steps, lr1,
                             min(self.warmup_steps, self.phase1_steps), self.lr_schedule, self.early_stopping_patience),
                 PhaseConfig("phase2", ALL_GROUPS, self.train_steps - self.phase1_steps, self.learning_rate,
                             min(self.warmup_steps, max(0, self.train_steps - self.phase1_steps)), self.lr_schedule,
@@ -395,8 +392,7 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
     for name, value in dataclasses.asdict(c).items():
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(name, f"{value} is not a finite number")
-    if c.method not in METHODS:
-        raise ConfigError("method", f"{c.method!r} is not one of {METHODS}")
+    method = c.method_entry()
     if c.push_to_hub is not None:
         _validate_push(c)
     if c.embedding_init not in ("random", "overlap"):
@@ -405,8 +401,8 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
         raise ConfigError("output_bias_init", f"{c.output_bias_init!r}: use 'zeros' or 'unigram'")
     if c.itl_init not in ("random", "copy"):
         raise ConfigError("itl_init", f"{c.itl_init!r}: use 'random' or 'copy'")
-    if c.method == "adapters" and c.adapter_size <= 0:
-        raise ConfigError("adapter_size", "must be > 0 for method 'adapters'")
+    if method.adapters and c.adapter_size <= 0:
+        raise ConfigError("adapter_size", f"must be > 0 for method {c.method!r}")
     if c.mixed_precision not in MIXED_PRECISION:
         raise ConfigError("mixed_precision", f"{c.mixed_precision!r} is not one of {MIXED_PRECISION}")
     for name in ("compile", "fused_adamw", "static_masked_head"):
@@ -449,7 +445,7 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
         raise ConfigError("wop_probability", f"must be in [0, 1], got {c.wop_probability}")
     if not 0 < c.wop_fraction <= 1:
         raise ConfigError("wop_fraction", f"must be in (0, 1], got {c.wop_fraction}")
-    if not c.phases and c.method in ("xpt", "xpt-no-itl"):
+    if not c.phases and method.phase1_groups is not None:
         if c.phase1_steps <= 0:
             raise ConfigError("phase1_steps", f"must be > 0, got {c.phase1_steps}")
         if c.phase1_steps >= c.train_steps:
@@ -502,6 +498,8 @@ def _validate_phase(i: int, phase: PhaseConfig) -> None:
     if groups != ALL_GROUPS:
         if isinstance(groups, str) or not groups:
             raise ConfigError(f"{where}.trainable_groups", f"{groups!r}: give a list of group names or 'all'")
+        from modeling_xpt import PARAMETER_GROUPS  # loads torch: not when the config is only parsed (--help)
+
         unknown = [g for g in groups if g not in PARAMETER_GROUPS]
         if unknown:
             raise ConfigError(f"{where}.trainable_groups", f"unknown parameter group(s) {unknown} in phase "
@@ -564,20 +562,37 @@ def source_family(source: str) -> str | None:
     return json.loads((local / "config.json").read_text()).get("model_type")
 
 
-def tokenizer_family(tokenizer: str) -> str | None:
-    """'bert' ([CLS]/[SEP]/[MASK]) or 'roberta' (<s>/</s>/<mask>) from a local tokenizer's files."""
-    local = resolve_local(tokenizer)
-    if local is None or not local.is_dir():
-        return None
-    text = ""
-    for name in ("special_tokens_map.json", "tokenizer_config.json"):
-        if (local / name).is_file():
-            text += (local / name).read_text(encoding="utf-8")
-    if not text and (local / "tokenizer.json").is_file():
-        text = (local / "tokenizer.json").read_text(encoding="utf-8")[:20000]
-    if "[MASK]" in text or "[CLS]" in text:
+def _json_object(path: Path) -> dict:
+    """The JSON object in `path`; {} when it holds something else or no valid JSON (the loader reports that)."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def tokenizer_family(tokenizer) -> str | None:
+    """'bert' ([CLS]/[MASK]) or 'roberta' (<s>/<mask>) from the special tokens of a loaded tokenizer, or of a
+    local tokenizer folder read without loading it (its tokenizer_config.json / special_tokens_map.json, else
+    the special tokens of tokenizer.json); None when neither or not local."""
+    if not isinstance(tokenizer, (str, Path)):
+        specials = set(tokenizer.all_special_tokens)
+    else:
+        local = resolve_local(str(tokenizer))
+        if local is None or not local.is_dir():
+            return None
+        specials = set()
+        for name in ("special_tokens_map.json", "tokenizer_config.json"):
+            if (local / name).is_file():
+                for key, value in _json_object(local / name).items():
+                    if key.endswith("_token"):
+                        specials.add(value.get("content") if isinstance(value, dict) else value)
+        if not specials and (local / "tokenizer.json").is_file():
+            added = _json_object(local / "tokenizer.json").get("added_tokens") or []
+            specials = {token.get("content") for token in added if isinstance(token, dict) and token.get("special")}
+    if specials & {"[MASK]", "[CLS]"}:
         return "bert"
-    if "<mask>" in text or "<s>" in text:
+    if specials & {"<mask>", "<s>"}:
         return "roberta"
     return None
 

@@ -57,6 +57,7 @@ from tqdm.auto import tqdm  # noqa: E402
 
 from training import metrics_downstream  # noqa: E402
 from training.finetuned_model import SAVE_CHOICES  # noqa: E402
+from training.run_record import RecordError, RunRecord  # noqa: E402
 from training.tasks import TaskDataError, TaskSpec, load_task_data, spec_from_cli  # noqa: E402
 
 PAPER_DEFAULTS = {"batch_size": 32, "learning_rate": 5e-5, "epochs": 10, "warmup_ratio": 0.06,
@@ -484,18 +485,16 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
 
 
 def post_training_info(model: str, method: str | None, sentences: int | None) -> dict[str, Any] | None:
-    """Method and data size from the model folder's training_summary.json (post_train.py), or the CLI."""
+    """Method and data size from the model folder's post-training record (training_summary.json), or the CLI."""
     info: dict[str, Any] = {}
-    summary_path = Path(model) / "training_summary.json"
-    if summary_path.is_file():
-        try:
-            summary = json.loads(summary_path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError:
-            summary = {}
-        data = summary.get("data") or {}
-        info = {"method": summary.get("method"), "train_sentences": data.get("train_sentences"),
-                "source_model": summary.get("source_model"), "total_steps": summary.get("total_steps"),
-                "tokens_seen": summary.get("tokens_seen")}
+    try:
+        record = RunRecord.read_if_present(model)
+    except RecordError as error:
+        raise TaskDataError(str(error)) from None
+    if record is not None:
+        info = {"method": record.method, "train_sentences": record.data.train_sentences if record.data else None,
+                "source_model": record.source_model, "total_steps": record.total_steps,
+                "tokens_seen": record.tokens_seen}
     if method:
         info["method"] = method
     if sentences is not None:

@@ -33,10 +33,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from training.run_record import SUMMARY_FILE
+
 MODEL_DIR = "model"
 ADAPTER_DIR = "adapter"
 RESULTS_FILE = "results.json"
-SUMMARY_FILE = "training_summary.json"
 SAVE_CHOICES = ("best", "none")
 
 

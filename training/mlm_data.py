@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tokenization.corpus_io import COMPRESSED, Utf8Counter, base_suffix, iter_file_texts
+from tokenization.corpus_io import COMPLETE_MARKER, COMPRESSED, Utf8Counter, base_suffix, corpus_complete, iter_file_texts
 from tokenization.errors import InputError
 
 CACHE_VERSION = 2  # 2: text files read by tokenization.corpus_io (lines split at "\n" only)
@@ -220,8 +220,9 @@ def load_text_splits(data: str, *, text_column: str = "text", valid_size: int = 
                         break
             corpus = splits.pop("train")
         else:
-            if ((local / "stats.json").exists() or (local / ".building").exists()) and not (local / "_COMPLETE").exists():
-                raise ValueError(f"{local} is an incomplete prepare_corpus output (no _COMPLETE marker): run it again")
+            if ((local / "stats.json").exists() or (local / ".building").exists()) and not corpus_complete(local):
+                raise ValueError(f"{local} is an incomplete prepare_corpus output (no {COMPLETE_MARKER} marker): "
+                                 "run it again")
             sub = {split: next((local / n for n in names if (local / n).exists() or list(local.glob(f"{n}.*"))), None)
                    for split, names in SPLIT_NAMES.items()} if local.is_dir() else {}
             if sub.get("train") is not None:  # prepared splits: DIR/train, DIR/valid, DIR/test (folders or files)

@@ -9,7 +9,7 @@ Any config field (`training/config.py`) can be overridden as `--field-name value
 The run, top to bottom (`run_post_training`), over a `RunState` that every checkpoint saves:
 1. `start_run` and `prepare_run`: Accelerate, the output folder (and the checkpoint to resume
    from), config, tokenizer (loaded, or trained on the train split), text splits -> token rows
-   (tokenised once, packed, cached; `training/mlm_data.py`), model via `modeling_xpt.from_source`.
+   (tokenised once, packed, cached; `training/mlm_data.py`), the method's model (`training/methods.py`).
 2. `run_phase`, for each phase (data, `PhaseConfig`): set the trainable parameter groups on the *unwrapped*
    model, build a fresh AdamW over the trainable parameters only (no weight decay on biases and
    LayerNorm weights) and its warmup schedule, and `accelerator.prepare` them. At the phase
@@ -78,7 +78,7 @@ from transformers import AutoTokenizer  # noqa: E402
 from transformers.modeling_outputs import MaskedLMOutput  # noqa: E402
 
 from cards.push import PushError, push_to_hub  # noqa: E402
-from modeling_xpt import from_source, save_tokenizer  # noqa: E402
+from modeling_xpt import save_tokenizer  # noqa: E402
 from modeling_xpt.tokenizer_files import recorded_language  # noqa: E402
 from tokenization.train_tokenizer import train_tokenizer  # noqa: E402
 from training.checkpointing import (  # noqa: E402
@@ -104,6 +104,7 @@ from training.config import (  # noqa: E402
     resolve_local,
     resolve_source,
     source_family,
+    tokenizer_family,
     validate_config,
 )
 from training.intrinsic import MetricSums  # noqa: E402
@@ -119,9 +120,9 @@ from training.mlm_data import (  # noqa: E402
     row_stats,
     train_loader,
 )
+from training.run_record import SUMMARY_FILE, BatchRecord, DataRecord, PhaseRecord, RunRecord  # noqa: E402
 from training.step import SpeedSettings, describe_speed, resolve_speed, training_step  # noqa: E402
 
-SUMMARY_FILE = "training_summary.json"
 LOSS_LOG = "losses.jsonl"
 
 
@@ -195,29 +196,6 @@ class MLMWithWOP(torch.nn.Module):
             wop_loss_sum = F.cross_entropy(logits, wop_labels[chosen], reduction="sum") \
                 if logits.shape[0] else logits.sum()
         return WOPOutput(loss=out.loss, logits=out.logits, wop_loss_sum=wop_loss_sum)
-
-
-def detect_tokenizer_family(tokenizer) -> str | None:
-    if tokenizer.mask_token == "[MASK]" or tokenizer.cls_token == "[CLS]":
-        return "bert"
-    if tokenizer.mask_token == "<mask>" or tokenizer.bos_token == "<s>":
-        return "roberta"
-    return None
-
-
-def build_model(config: PostTrainConfig, source: str, tokenizer):
-    method = config.method
-    kwargs = dict(init=config.embedding_init, itl_init=config.itl_init)
-    if method in ("xpt", "xpt-sp"):
-        return from_source(source, tokenizer, **kwargs)
-    if method == "xpt-no-itl":
-        return from_source(source, tokenizer, use_itl_in=False, use_itl_out=False, **kwargs)
-    if method == "scratch":
-        return from_source(source, tokenizer, scratch=True)
-    if method == "adapters":
-        return from_source(source, tokenizer, use_itl_in=False, use_itl_out=False,
-                           adapter_size=config.adapter_size, init=config.embedding_init)
-    raise ConfigError("method", f"unknown method {method!r}")
 
 
 def _root_cause(error: BaseException) -> str:
@@ -324,8 +302,13 @@ class RunState:
     tokens_seen: int = 0
     wall_time_s: float = 0.0  # up to the last checkpoint (then to the end)
     train_time_s: float = 0.0  # optimiser steps only (no data preparation, evaluation, saving)
-    phase_records: list[dict] = field(default_factory=list)  # one per finished phase
+    phase_records: list[PhaseRecord] = field(default_factory=list)  # one per finished phase
     valid_history: list[dict] = field(default_factory=list)  # every evaluation on valid
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: Path) -> RunState:
+        raw = read_state(checkpoint)
+        return cls(**{**raw, "phase_records": [PhaseRecord(**p) for p in raw["phase_records"]]})
 
     def start_phase(self, phase_index: int) -> None:
         self.phase_index, self.phase_step, self.best_valid_loss, self.bad_evals = phase_index, 0, None, 0
@@ -379,7 +362,7 @@ class Run:
 # ----------------------------------------------------------------------------------------------
 
 
-def train(config: PostTrainConfig, on_step_end: Callable[[RunState], None] | None = None) -> dict:
+def train(config: PostTrainConfig, on_step_end: Callable[[RunState], None] | None = None) -> RunRecord:
     """One post-training run into `config.output_dir`, which no other run may write to meanwhile.
     `on_step_end(state)` runs after every optimiser step, once its logging, evaluation and checkpoint are done."""
     try:
@@ -392,16 +375,16 @@ def train(config: PostTrainConfig, on_step_end: Callable[[RunState], None] | Non
     raise ConfigError("output_dir", message)
 
 
-def run_post_training(config: PostTrainConfig, on_step_end: Callable[[RunState], None] | None = None) -> dict:
+def run_post_training(config: PostTrainConfig, on_step_end: Callable[[RunState], None] | None = None) -> RunRecord:
     clock = time.time()
     accelerator, speed, trackers = start_run(config)
     output_dir = Path(config.output_dir)
     claim_output_dir(config, accelerator)
     if config.resume == "latest" and (output_dir / SUMMARY_FILE).exists():
         accelerator.print(f"{output_dir} holds a finished run ({SUMMARY_FILE}); nothing to resume")
-        return json.loads((output_dir / SUMMARY_FILE).read_text())
+        return RunRecord.read(output_dir)
     resume_from = resume_point(config, accelerator.print)
-    state = RunState(**read_state(resume_from)) if resume_from else RunState()
+    state = RunState.from_checkpoint(resume_from) if resume_from else RunState()
     set_seed(config.seed)
     run = prepare_run(config, accelerator, speed, trackers, resume_from, state, clock)
     progress = tqdm(total=sum(p.steps for p in run.phases), initial=state.step,
@@ -515,12 +498,13 @@ def prepare_run(config: PostTrainConfig, accelerator: Accelerator, speed: SpeedS
     source_fam = source_family(source)
     splits = load_splits(config, data, accelerator)
     tokenizer, tokenizer_ref = get_tokenizer(config, output_dir, splits, source_fam, accelerator, log)
-    tok_fam = detect_tokenizer_family(tokenizer)
+    tok_fam = tokenizer_family(tokenizer)
     if source_fam and tok_fam and source_fam != tok_fam:
         raise ConfigError("tokenizer", f"tokenizer family {tok_fam!r} does not match the source family {source_fam!r}")
     if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
         raise ConfigError("tokenizer", "the tokenizer needs a mask and a pad token")
-    model = build_model(config, source, tokenizer)
+    model = config.method_entry().build(source, tokenizer, embedding_init=config.embedding_init,
+                                        itl_init=config.itl_init, adapter_size=config.adapter_size)
     # the target language recorded by the corpus preparation or the tokenizer training, saved in config.json
     model.config.language = recorded_language(resolve_local(data) if data else None,
                                               resolve_local(config.tokenizer) if config.tokenizer else None)
@@ -646,12 +630,12 @@ def run_phase(run: Run, state: RunState, phase_index: int, progress, *, resume_f
     state.valid_history.append({"step": state.step, "phase": phase.name, "phase_end": True, **metrics})
     accelerator.log({f"valid/{k}": v for k, v in metrics.items()}, step=state.step)
     run.log(f"\nend of {phase.name} at step {state.step}: valid loss {metrics['loss']:.4f} ppl {metrics['perplexity']:.2f}")
-    state.phase_records.append({
-        "name": phase.name, "steps": state.phase_step, "planned_steps": phase.steps,
-        "trainable_groups": run.model.trainable_groups(), "learning_rate": phase.learning_rate,
-        "warmup_steps": phase.warmup_steps, "schedule": phase.schedule, "stopped_early": stopped_early,
-        "end_step": state.step, "valid_loss": metrics["loss"],
-        "trainable_parameters": sum(p.numel() for p in run.model.parameters() if p.requires_grad)})
+    state.phase_records.append(PhaseRecord(
+        name=phase.name, steps=state.phase_step, planned_steps=phase.steps,
+        trainable_groups=run.model.trainable_groups(), learning_rate=phase.learning_rate,
+        warmup_steps=phase.warmup_steps, schedule=phase.schedule, stopped_early=stopped_early,
+        end_step=state.step, valid_loss=metrics["loss"],
+        trainable_parameters=sum(p.numel() for p in run.model.parameters() if p.requires_grad)))
     state.phase_index = phase_index + 1
     state.phase_step = 0
     run.train_module = accelerator.unwrap_model(wrapped)
@@ -710,7 +694,7 @@ def frequency_baseline(rows, log_p, *, accelerator, batch_size: int, collate_kwa
     return MetricSums.from_tensor(total.cpu()).compute()
 
 
-def write_outputs(run: Run, state: RunState) -> dict:
+def write_outputs(run: Run, state: RunState) -> RunRecord:
     """Final metrics (valid, and test when there is a test split), then the output folder: the model with its
     remote code, the tokenizer and `training_summary.json`; checkpoints dropped unless kept; the push, if asked."""
     config, accelerator, model = run.config, run.accelerator, run.model
@@ -733,36 +717,36 @@ def write_outputs(run: Run, state: RunState) -> dict:
         gathered = accelerator.gather(checksum[None]).cpu()
         info["ranks_in_sync"] = bool((gathered == gathered[0]).all())
     data, stats = run.data, run.stats
-    summary = {
-        "method": config.method,
-        "source_model": config.source if not config.source.startswith("package:") else f"{config.source} ({run.source})",
-        "tokenizer": run.tokenizer_ref,
-        "data": {"spec": data, "train": f"{data}:train", "valid": f"{data}:valid", "test": f"{data}:test",
-                 "train_sentences": stats["train"]["sentences"], "train_rows": stats["train"]["rows"],
-                 "train_tokens": stats["train"]["tokens"], "valid_sentences": stats["valid"]["sentences"],
-                 "test_sentences": stats.get("test", {}).get("sentences", 0)},
-        "phases": state.phase_records,
-        "total_steps": state.step,
-        "tokens_seen": state.tokens_seen,
-        "wall_time_s": round(state.wall_time_s, 2),
-        "train_time_s": round(state.train_time_s, 2),  # optimiser steps only (no data prep, eval, saving)
-        "tokens_per_s": round(state.tokens_seen / max(1e-9, state.train_time_s), 1),
-        "hardware": info,
-        "batch": {"global_batch_size": config.global_batch_size, "per_device_batch_size": run.micro,
-                  "gradient_accumulation_steps": run.accumulation, "max_seq_length": config.max_seq_length,
-                  "packing": config.packing},
-        "valid_metrics": valid_metrics,
-        "final_metrics": final_metrics,
-        "final_metrics_split": final_split,
-        "frequency_baseline": baseline_metrics,  # same split and masks, context ignored
-        "valid_history": state.valid_history,
-        "resumed": run.resume_from is not None,
-        "config": config.to_dict(),
-    }
+    record = RunRecord(
+        method=config.method,
+        source_model=config.source if not config.source.startswith("package:") else f"{config.source} ({run.source})",
+        tokenizer=run.tokenizer_ref,
+        data=DataRecord(spec=data, train=f"{data}:train", valid=f"{data}:valid", test=f"{data}:test",
+                        train_sentences=stats["train"]["sentences"], train_rows=stats["train"]["rows"],
+                        train_tokens=stats["train"]["tokens"], valid_sentences=stats["valid"]["sentences"],
+                        test_sentences=stats.get("test", {}).get("sentences", 0)),
+        phases=state.phase_records,
+        total_steps=state.step,
+        tokens_seen=state.tokens_seen,
+        wall_time_s=round(state.wall_time_s, 2),
+        train_time_s=round(state.train_time_s, 2),
+        tokens_per_s=round(state.tokens_seen / max(1e-9, state.train_time_s), 1),
+        hardware=info,
+        batch=BatchRecord(global_batch_size=config.global_batch_size, per_device_batch_size=run.micro,
+                          gradient_accumulation_steps=run.accumulation, max_seq_length=config.max_seq_length,
+                          packing=config.packing),
+        valid_metrics=valid_metrics,
+        final_metrics=final_metrics,
+        final_metrics_split=final_split,
+        frequency_baseline=baseline_metrics,
+        valid_history=state.valid_history,
+        resumed=run.resume_from is not None,
+        config=config.to_dict(),
+    )
     if accelerator.is_main_process:
         model.save_pretrained(str(run.output_dir))
         save_tokenizer(run.tokenizer, run.output_dir)  # names PreTrainedTokenizerFast, which transformers 4.x loads too
-        (run.output_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, ensure_ascii=False), encoding="utf-8")
+        record.write(run.output_dir)
         run.log(f"saved model, tokenizer and {SUMMARY_FILE} to {run.output_dir}")
         run.log("final ({}): {}".format(final_split, ", ".join(f"{k} {v:.4g}" for k, v in final_metrics.items())))
         run.log(f"frequency-only baseline ({final_split}, same masks, context ignored): hits@1 "
@@ -774,17 +758,15 @@ def write_outputs(run: Run, state: RunState) -> dict:
             try:  # the folder is saved whatever happens here; a failed upload can be retried by hand
                 push_to_hub(run.output_dir, config.push_to_hub, private=config.hub_private, log=run.log,
                             license=config.hub_license, require_license=True)
-                summary["pushed_to"] = config.push_to_hub
             except PushError as error:
                 run.log(f"push to {config.push_to_hub} failed, nothing uploaded: {error}\n  the model is saved in "
                         f"{run.output_dir}; retry with `python -m cards.push --model-dir {run.output_dir} "
                         f"--repo-id {config.push_to_hub}"
                         + (f" --license {config.hub_license}" if config.hub_license else "") + "`")
-                summary["push_error"] = str(error)
     accelerator.wait_for_everyone()
     if run.trackers:
         accelerator.end_training()
-    return summary
+    return record
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -52,6 +52,9 @@ from typing import Any  # noqa: E402
 
 import yaml  # noqa: E402
 
+from tokenization.corpus_io import COMPLETE_MARKER, corpus_complete  # noqa: E402
+from training.run_record import RecordError, RunRecord  # noqa: E402
+
 PRESETS = ("tiny", "cpu", "gpu", "paper")
 BASELINE = "scratch"
 FOCUS = "xpt"
@@ -86,7 +89,7 @@ class StudySpec:
     sizes: list[int] = field(default_factory=lambda: [2000, 8000, 32000], metadata={
         "help": "post-training data sizes: numbers of distinct training sentences"})
     methods: list[str] = field(default_factory=lambda: ["xpt", "xpt-sp", "scratch", "adapters"], metadata={
-        "help": "post-training methods (training/config.py METHODS)"})
+        "help": "post-training methods (training/methods.py METHODS)"})
     tokenizer_vocab_size: int = field(default=8000, metadata={"help": "vocabulary of the study's tokenizer"})
     tokenizer_model: str = field(default="unigram", metadata={"help": "unigram | bpe"})
     tokenizer_sentences: int | None = field(default=None, metadata={
@@ -127,7 +130,7 @@ class StudySpec:
         return dataclasses.asdict(self)
 
     def validate(self) -> None:
-        from training.config import METHODS
+        from training.methods import METHODS
 
         if len(self.sizes) < 1 or any(int(n) < 1 for n in self.sizes):
             raise StudyError(f"sizes must be positive sentence counts, got {self.sizes}")
@@ -204,7 +207,7 @@ def stage_corpus(spec: StudySpec, out: Path) -> Path:
     if finished(data):
         return data
     corpus = out / "corpus"
-    if not (corpus / "_COMPLETE").is_file():
+    if not corpus_complete(corpus):
         inputs = [resolve_relative(p) for p in spec.corpus]
         log(out, f"corpus: preparing sentences from {', '.join(spec.corpus)}")
         prepare(inputs, corpus, valid=spec.valid_sentences, test=spec.test_sentences)
@@ -223,7 +226,7 @@ def stage_corpus(spec: StudySpec, out: Path) -> Path:
             for text in texts:
                 handle.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
     shutil.copy(corpus / "stats.json", tmp / "stats.json")
-    (tmp / "_COMPLETE").write_text("")
+    (tmp / COMPLETE_MARKER).write_text("")
     commit(tmp, data, {"train_sentences": need, "shuffle_seed": spec.seed, "corpus_train_sentences": len(train)})
     log(out, f"corpus: {len(train)} train sentences, the first {need} after a shuffle (seed {spec.seed}) kept")
     return data
@@ -280,7 +283,7 @@ def stage_post_train(spec: StudySpec, out: Path, data: Path, tokenizer: Path, me
            "resume": "latest" if resume else None, "overwrite_output_dir": True}
     log(out, f"post-training {run_name(method, size)}" + (" (resuming from its last checkpoint)" if resume else ""))
     summary = train(config_from_dict(raw))
-    commit(tmp, final, {"tokens_seen": summary["tokens_seen"], "wall_time_s": summary["wall_time_s"]})
+    commit(tmp, final, {"tokens_seen": summary.tokens_seen, "wall_time_s": summary.wall_time_s})
     return final
 
 
@@ -362,12 +365,15 @@ def collect(spec: StudySpec, out: Path) -> dict[str, Any]:
             if not finished(folder) or not all(finished(out / "finetune" / folder.name / n) for n in spec.tasks):
                 missing.append(folder.name)
                 continue
-            summary = json.loads((folder / "training_summary.json").read_text(encoding="utf-8"))
+            try:
+                summary = RunRecord.read(folder)
+            except RecordError as error:
+                raise StudyError(str(error)) from None
             record = {
                 "method": method, "sentences": size, "model": str(folder.relative_to(out)),
-                "mlm_test": summary["final_metrics"], "mlm_split": summary["final_metrics_split"],
-                "tokens_seen": summary["tokens_seen"], "post_training_wall_s": summary["wall_time_s"],
-                "post_training_steps": summary["total_steps"], "tasks": {}}
+                "mlm_test": summary.final_metrics, "mlm_split": summary.final_metrics_split,
+                "tokens_seen": summary.tokens_seen, "post_training_wall_s": summary.wall_time_s,
+                "post_training_steps": summary.total_steps, "tasks": {}}
             for name in spec.tasks:
                 results = json.loads((out / "finetune" / folder.name / name / "results.json").read_text(encoding="utf-8"))
                 walls = [json.loads(p.read_text())["wall_time_s"]
