@@ -4,7 +4,9 @@ Correctness only (tiny sizes, eager paths, seconds): the speed figures live in d
 """
 from __future__ import annotations
 
+import json
 import re
+import statistics
 import subprocess
 import sys
 
@@ -33,8 +35,10 @@ def test_cli_tiny_cpu_smoke(tmp_path):
     assert sorted(rows) == ["stock-best", "stock-eager", "xpt", "xpt-eager"], proc.stdout
     for row in rows.values():
         assert int(row["lo"]) <= int(row["tps"]) <= int(row["hi"]), row.group(0)
-        assert float(row["mfu"]) > 0
         assert row["recompiled"] == "0"
+    # the table rounds MFU to 0.1%, which a tiny model on a busy machine can fall below: check the JSON
+    mfu = {r["path"]: statistics.median(r["mfu"]) for r in json.loads(out.read_text())["results"]}
+    assert sorted(mfu) == sorted(rows) and all(0 < m < 1 for m in mfu.values()), mfu
     assert float(rows["stock-eager"]["ratio"]) == 1.0
     assert "measured matmul peak" in proc.stdout and "load average" in proc.stdout
     last = re.fullmatch(r"ratio_vs_stock_eager=([\d.]+) ratio_vs_stock_best=([\d.]+) mfu=([\d.]+) device=cpu",
@@ -42,8 +46,7 @@ def test_cli_tiny_cpu_smoke(tmp_path):
     assert last, lines[-1]
     assert float(last[1]) == pytest.approx(int(rows["xpt"]["tps"]) / int(rows["stock-eager"]["tps"]), rel=0.02)
     assert float(last[2]) == pytest.approx(int(rows["xpt"]["tps"]) / int(rows["stock-best"]["tps"]), rel=0.02)
-    assert float(last[3]) == pytest.approx(float(rows["xpt"]["mfu"]) / 100, abs=0.001)
-    assert out.is_file()
+    assert float(last[3]) == pytest.approx(mfu["xpt"], abs=0.0006)
 
 
 def _args(**kw):

@@ -414,7 +414,9 @@ def test_saving_is_atomic(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def sts_run(tmp_path_factory):
     """One CLI run: a tiny XPT model, three seeds, four epochs on a toy STS with a test split, saved and
-    checked for publication (--push-to-hub --push-dry-run: card, validation, fresh-process load check)."""
+    checked for publication (--push-to-hub --push-dry-run: card, validation, fresh-process load check).
+    fp32, so that the rescoring below (fp32) reproduces the scores exactly and the selection this
+    setting exercises does not depend on whether the CPU has native bf16."""
     import contextlib
     import io
 
@@ -426,7 +428,8 @@ def sts_run(tmp_path_factory):
     with contextlib.redirect_stdout(stdout):
         code = finetune.main(["--model", str(model_dir), "--task", "korsts", "--data-dir", str(data),
                               "--output-dir", str(out), "--no-progress", "--seeds", "0,1,2", "--epochs", "4",
-                              "--batch-size", "16", "--learning-rate", "3e-3", "--push-to-hub", "org/xpt-toy-sts",
+                              "--batch-size", "16", "--learning-rate", "3e-3", "--mixed-precision", "no",
+                              "--push-to-hub", "org/xpt-toy-sts",
                               "--push-dry-run", "--license", "apache-2.0", "--base-model", "org/xpt-ko-toy"])
     return {"code": code, "stdout": stdout.getvalue(), "out": out, "model": model_dir, "data": data}
 
