@@ -448,7 +448,7 @@ def test_malformed_yaml_is_one_line(tmp_path, capsys):
     (["--phase1-learning-rate", "0"], "phase1_learning_rate"),
     (["--global-batch-size", "0"], "global_batch_size"),
     (["--max-seq-length", "3"], "max_seq_length"),
-    (["--phase1-steps", "161"], "phase1_steps"),  # the demo config trains 160 steps in all
+    (["--phase1-steps", "161", "--train-steps", "160"], "phase1_steps"),
     (["--warmup-steps", "-1"], "warmup_steps"),
     (["--weight-decay", "-0.1"], "weight_decay"),
     (["--adam-beta2", "1"], "adam_beta2"),
