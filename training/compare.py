@@ -29,17 +29,19 @@ import json  # noqa: E402
 from collections import defaultdict  # noqa: E402
 from typing import Any  # noqa: E402
 
+from training.run_record import RESULTS_FILE  # noqa: E402
+
 REQUIRED = ("task", "metric", "mean", "std", "scores")
 
 
 class CompareError(ValueError):
-    pass
+    """Results that cannot be compared: printed as one line, exit status 2."""
 
 
 def saved_model_copy(path: Path) -> bool:
     """`path` is the copy of a run's results.json that finetune.py put in the model or adapter folder it
     saved (OUT/model/results.json beside OUT/results.json): the run is counted once, from OUT."""
-    run = path.parent.parent / "results.json"
+    run = path.parent.parent / RESULTS_FILE
     if not run.is_file():
         return False
     try:
@@ -56,7 +58,7 @@ def find_results(paths: list[str]) -> list[Path]:
         if path.is_file():
             files.append(path)
         elif path.is_dir():
-            found = [f for f in sorted(path.rglob("results.json")) if not saved_model_copy(f)]
+            found = [f for f in sorted(path.rglob(RESULTS_FILE)) if not saved_model_copy(f)]
             if not found:
                 raise CompareError(f"{path}: no results.json found under this folder")
             files.extend(found)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from cards.folder import looks_like_hub_id
 from training.methods import ALL_GROUPS, METHODS, Method
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -359,13 +360,6 @@ def load_config(argv: list[str] | None = None) -> PostTrainConfig:
 # ----------------------------------------------------------------------------------------------
 
 
-def looks_like_hub_id(value: str) -> bool:
-    """"name" or "org/name" that is not an existing or explicitly relative/absolute local path."""
-    if value.startswith((".", "/", "~")) or os.sep + os.sep in value or value.count("/") > 1:
-        return False
-    return all(part and all(c.isalnum() or c in "-_." for c in part) for part in value.split("/"))
-
-
 def resolve_source(source: str) -> str:
     """A local folder for "package:NAME" sources (a package exposing get_model_path()); else unchanged."""
     if source.startswith("package:"):
@@ -472,8 +466,6 @@ def _validate_push(c: PostTrainConfig) -> None:
     from cards.make_card import known_license, license_unknown
     from cards.push import PushError, check_repo_id
 
-    if c.push_to_hub.count("/") != 1 or not all(c.push_to_hub.split("/")):
-        raise ConfigError("push_to_hub", f"{c.push_to_hub!r}: use ORG/NAME, e.g. my-org/xpt-ko-4m")
     try:
         check_repo_id(c.push_to_hub)
     except PushError as error:

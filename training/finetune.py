@@ -57,7 +57,7 @@ from tqdm.auto import tqdm  # noqa: E402
 
 from training import metrics_downstream  # noqa: E402
 from training.finetuned_model import SAVE_CHOICES  # noqa: E402
-from training.run_record import RecordError, RunRecord  # noqa: E402
+from training.run_record import RESULTS_FILE, RecordError, RunRecord  # noqa: E402
 from training.tasks import TaskDataError, TaskSpec, load_task_data, spec_from_cli  # noqa: E402
 
 PAPER_DEFAULTS = {"batch_size": 32, "learning_rate": 5e-5, "epochs": 10, "warmup_ratio": 0.06,
@@ -418,7 +418,7 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
     import torch
     from transformers import get_linear_schedule_with_warmup
 
-    from training.step import auto_mixed_precision
+    from training.step import auto_mixed_precision, weight_decay_groups
 
     if args.mixed_precision == "auto":
         args.mixed_precision = auto_mixed_precision(device.type)
@@ -432,12 +432,7 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
     generator = torch.Generator().manual_seed(seed)
     loader = torch.utils.data.DataLoader(features["train"], batch_size=args.batch_size, shuffle=True,
                                          generator=generator, collate_fn=lambda b: collate(b, pad, spec.task_type))
-    decay, no_decay = [], []
-    for name, param in model.named_parameters():
-        if param.requires_grad:
-            (no_decay if param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(param)
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=args.learning_rate)
+    optimizer = torch.optim.AdamW(weight_decay_groups(model, args.weight_decay), lr=args.learning_rate)
     total_steps = args.epochs * len(loader)
     scheduler = get_linear_schedule_with_warmup(optimizer, math.ceil(args.warmup_ratio * total_steps), total_steps)
 
@@ -773,7 +768,7 @@ def fine_tune(args) -> dict[str, Any]:
         written = save_selected(kept[1], tokenizer, out_dir, results, base_model=args.model, peft=args.peft,
                                 merge=args.merge)
         del kept
-    (out_dir / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(summary_table(results))
     print(f"wrote {out_dir / 'results.json'}")
     if written:

@@ -33,11 +33,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from training.run_record import SUMMARY_FILE
+from training.run_record import RESULTS_FILE, SUMMARY_FILE
 
 MODEL_DIR = "model"
 ADAPTER_DIR = "adapter"
-RESULTS_FILE = "results.json"
 SAVE_CHOICES = ("best", "none")
 
 

@@ -92,6 +92,7 @@ from training.checkpointing import (  # noqa: E402
     read_state,
     save_checkpoint,
 )
+from cards.folder import looks_like_hub_id  # noqa: E402
 from training.config import (  # noqa: E402
     ConfigError,
     PhaseConfig,
@@ -99,7 +100,6 @@ from training.config import (  # noqa: E402
     describe_plan,
     flat_hparams,
     load_config,
-    looks_like_hub_id,
     missing_data,
     resolve_local,
     resolve_source,
@@ -121,7 +121,13 @@ from training.mlm_data import (  # noqa: E402
     train_loader,
 )
 from training.run_record import SUMMARY_FILE, BatchRecord, DataRecord, PhaseRecord, RunRecord  # noqa: E402
-from training.step import SpeedSettings, describe_speed, resolve_speed, training_step  # noqa: E402
+from training.step import (  # noqa: E402
+    SpeedSettings,
+    describe_speed,
+    resolve_speed,
+    training_step,
+    weight_decay_groups,
+)
 
 LOSS_LOG = "losses.jsonl"
 
@@ -132,7 +138,10 @@ LOSS_LOG = "losses.jsonl"
 
 
 class WarmupSchedule:
-    """Linear warmup to 1, then linear decay to 0, cosine decay to 0, or constant (picklable)."""
+    """Linear warmup to 1, then linear decay to 0, cosine decay to 0, or constant (picklable).
+
+    Hand-written rather than transformers' `get_scheduler`: its warmup starts at a learning rate of
+    0, so the first step of every phase would train nothing; this one starts at 1/(warmup + 1)."""
 
     def __init__(self, warmup: int, total: int, kind: str):
         self.warmup, self.total, self.kind = warmup, total, kind
@@ -149,19 +158,10 @@ class WarmupSchedule:
         return max(0.0, 1.0 - progress)
 
 
-def no_decay(name: str) -> bool:
-    return name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name
-
-
 def build_optimizer(model, phase, config: PostTrainConfig, fused: bool = False):
-    """AdamW over the trainable parameters (no weight decay on biases and LayerNorm weights), and the
-    warmup schedule. `fused`: the single-kernel AdamW (CPU and CUDA), else torch's default."""
-    decay, plain = [], []
-    for name, param in model.named_parameters():
-        if param.requires_grad:
-            (plain if no_decay(name) else decay).append(param)
-    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": plain, "weight_decay": 0.0}]
-    optimizer = torch.optim.AdamW([g for g in groups if g["params"]], lr=phase.learning_rate,
+    """AdamW over the trainable parameters (`training.step.weight_decay_groups`), and the warmup
+    schedule. `fused`: the single-kernel AdamW (CPU and CUDA), else torch's default."""
+    optimizer = torch.optim.AdamW(weight_decay_groups(model, config.weight_decay), lr=phase.learning_rate,
                                   betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_epsilon,
                                   **({"fused": True} if fused else {}))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, WarmupSchedule(phase.warmup_steps, phase.steps, phase.schedule))

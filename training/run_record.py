@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 SUMMARY_FILE = "training_summary.json"
+RESULTS_FILE = "results.json"  # what fine-tuning reports (training/finetune.py), beside a fine-tuned model
 # The layout below. Folders written before the file carried a version hold this same layout and no
 # `schema_version` field, so a record without the field is read as version 1.
 SCHEMA_VERSION = 1

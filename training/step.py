@@ -100,6 +100,18 @@ def describe_speed(settings: SpeedSettings, device: str) -> str:
             "(config fields mixed_precision, compile, fused_adamw, static_masked_head)")
 
 
+def weight_decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW parameter groups over the trainable parameters: weight decay on matrices, none on biases
+    and LayerNorm weights (every parameter with fewer than 2 dimensions). The one rule for
+    post-training and fine-tuning; empty groups are left out."""
+    decay, plain = [], []
+    for param in model.parameters():
+        if param.requires_grad:
+            (decay if param.ndim >= 2 else plain).append(param)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": plain, "weight_decay": 0.0}]
+    return [g for g in groups if g["params"]]
+
+
 def masked_capacity_for(rows: int, length: int, masked: int, mlm_probability: float) -> int:
     """Static number of LM-head rows for a micro-batch: the most masked tokens `rows` full rows of
     `length` can hold at `mlm_probability`, rounded up to 8; doubled (rarely: whole-word masking)

@@ -53,7 +53,7 @@ from typing import Any  # noqa: E402
 import yaml  # noqa: E402
 
 from tokenization.corpus_io import COMPLETE_MARKER, corpus_complete  # noqa: E402
-from training.run_record import RecordError, RunRecord  # noqa: E402
+from training.run_record import RESULTS_FILE, RecordError, RunRecord  # noqa: E402
 
 PRESETS = ("tiny", "cpu", "gpu", "paper")
 BASELINE = "scratch"
@@ -375,7 +375,7 @@ def collect(spec: StudySpec, out: Path) -> dict[str, Any]:
                 "tokens_seen": summary.tokens_seen, "post_training_wall_s": summary.wall_time_s,
                 "post_training_steps": summary.total_steps, "tasks": {}}
             for name in spec.tasks:
-                results = json.loads((out / "finetune" / folder.name / name / "results.json").read_text(encoding="utf-8"))
+                results = json.loads((out / "finetune" / folder.name / name / RESULTS_FILE).read_text(encoding="utf-8"))
                 walls = [json.loads(p.read_text())["wall_time_s"]
                          for p in sorted((out / "finetune" / folder.name / name / "runs").glob("seed_*.json"))]
                 record["tasks"][name] = {
