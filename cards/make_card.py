@@ -24,6 +24,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from tokenization.errors import report_error
 from training.methods import METHODS
 from training.run_record import PhaseRecord, RunRecord
 
@@ -887,8 +888,7 @@ def main(argv=None) -> int:
                          custom_repo_id=args.custom_repo_id, revision=args.revision, require_license=True,
                          language=args.language, widgets=args.widget or None, overwrite=args.overwrite)
     except (FileNotFoundError, ValueError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return report_error(error)
     print(f"wrote {out}")
     return 0
 

@@ -38,6 +38,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tokenization.errors import UserError, report_error
 from training.run_record import SUMMARY_FILE, RunRecord
 
 from .folder import CARD_FILE, GENERATED_MARKER, PICKLE_SUFFIXES, RESULTS_FILE, inspect_folder, upload_files
@@ -48,8 +49,11 @@ from .validate import Report, validate_folder
 LOAD_CHECK_SCRIPT = Path(__file__).with_name("load_check.py")
 
 
-class PushError(RuntimeError):
-    """The folder is not published; the message says why (and that nothing was uploaded)."""
+class PushError(UserError, RuntimeError):
+    """The folder is not published; the message says why (and that nothing was uploaded). Exit status
+    1 rather than 2: the Hub, not the input, may be at fault."""
+
+    exit_code = 1
 
 
 @dataclass
@@ -415,8 +419,7 @@ def main(argv=None) -> int:
                     dry_run=args.dry_run, token=args.token, load_check=args.dry_run or not args.skip_load_check,
                     regenerate_card=not args.keep_card, **card_kwargs)
     except PushError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+        return report_error(error)
     return 0
 
 

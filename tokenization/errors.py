@@ -1,24 +1,40 @@
-"""User-facing errors: one clear line naming the input and the fix, exit code 2, no traceback."""
+"""User-facing errors: one clear line naming the input and the fix, exit code 2, no traceback.
+
+The one home of that rule for the project's commands (tokenization, training, cards): each command's
+own error type derives from `UserError`, and each `main` reports it with `report_error` (or runs
+under `run_cli`). The installed package's commands (`python -m modeling_xpt.convert`,
+`modeling_xpt.export_stock`) cannot import this folder; `modeling_xpt._cli.run` follows the same rule
+for them. Nothing here imports more than the standard library, so every module can use it.
+"""
 from __future__ import annotations
 
 import sys
 from typing import Callable, Sequence
 
 
-class InputError(ValueError):
-    """Bad input the user can fix (missing file, empty corpus, impossible vocabulary size...).
+class UserError(ValueError):
+    """Bad input the user can fix. The message names the offending input and says how to fix it;
+    commands print it on one line (`report_error`) and exit with `exit_code`."""
 
-    The message names the offending input and says how to fix it.
-    """
+    exit_code = 2
+
+
+class InputError(UserError):
+    """Bad corpus or tokenizer input (missing file, empty corpus, impossible vocabulary size...)."""
+
+
+def report_error(error: BaseException) -> int:
+    """Print ``error: <message>`` on one line to stderr; return the exit code (`exit_code`, else 2)."""
+    print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
+    return getattr(error, "exit_code", 2)
 
 
 def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> int:
-    """Run ``main(argv)``; an :class:`InputError` becomes ``error: <message>`` on stderr and exit 2."""
+    """Run ``main(argv)``; a :class:`UserError` is reported in one line (exit 2), Ctrl-C is exit 130."""
     try:
         rc = main(argv)
-    except InputError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except UserError as e:
+        return report_error(e)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -63,7 +63,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from .corpus_io import COMPLETE_MARKER, SPLITS, Utf8Counter, base_suffix, iter_file_texts, iter_lines
+from .corpus_io import COMPLETE_MARKER, SPLITS, Utf8Counter, iter_file_texts, iter_lines
 from .errors import InputError, run_cli
 from .korean_text import LANGUAGE_SCRIPTS, SCRIPTS, clean_paragraph, script_filter, split_sentences
 

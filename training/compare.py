@@ -29,12 +29,13 @@ import json  # noqa: E402
 from collections import defaultdict  # noqa: E402
 from typing import Any  # noqa: E402
 
+from tokenization.errors import UserError, report_error  # noqa: E402
 from training.run_record import RESULTS_FILE  # noqa: E402
 
 REQUIRED = ("task", "metric", "mean", "std", "scores")
 
 
-class CompareError(ValueError):
+class CompareError(UserError):
     """Results that cannot be compared: printed as one line, exit status 2."""
 
 
@@ -174,9 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         report = compare(args.results, args.out)
-    except CompareError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except UserError as error:
+        return report_error(error)
     print(report["markdown"])
     print(f"wrote {report['table']} and {len(report['plots'])} plot(s): {', '.join(report['plots'])}")
     return 0

@@ -16,7 +16,6 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from pathlib import Path
 import yaml
 
 from cards.folder import looks_like_hub_id
+from tokenization.errors import UserError
 from training.methods import ALL_GROUPS, METHODS, Method
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ MIXED_PRECISION = ("auto", "no", "fp16", "bf16")
 AUTO_BOOL = ("auto", True, False)
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A bad configuration; the message names the field."""
 
     def __init__(self, field_name: str, message: str):

@@ -58,6 +58,7 @@ from tqdm.auto import tqdm  # noqa: E402
 from training import metrics_downstream  # noqa: E402
 from training.finetuned_model import SAVE_CHOICES  # noqa: E402
 from training.run_record import RESULTS_FILE, RecordError, RunRecord  # noqa: E402
+from tokenization.errors import UserError, report_error  # noqa: E402
 from training.tasks import TaskDataError, TaskSpec, load_task_data, spec_from_cli  # noqa: E402
 
 PAPER_DEFAULTS = {"batch_size": 32, "learning_rate": 5e-5, "epochs": 10, "warmup_ratio": 0.06,
@@ -789,11 +790,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         run(args)
-    except TaskDataError as error:
-        print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
-        return 2
+    except UserError as error:
+        return report_error(error)
     except PushFailed as error:
-        print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
+        report_error(error)
         return 1
     return 0
 

@@ -80,6 +80,7 @@ from transformers.modeling_outputs import MaskedLMOutput  # noqa: E402
 from cards.push import PushError, push_to_hub  # noqa: E402
 from modeling_xpt import save_tokenizer  # noqa: E402
 from modeling_xpt.tokenizer_files import recorded_language  # noqa: E402
+from tokenization.errors import UserError, report_error  # noqa: E402
 from tokenization.train_tokenizer import train_tokenizer  # noqa: E402
 from training.checkpointing import (  # noqa: E402
     DiskFull,
@@ -783,9 +784,8 @@ def main(argv: list[str] | None = None) -> int:
                 print("dry run: configuration valid; nothing downloaded, nothing trained")
             return 0
         train(config)
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except UserError as error:
+        return report_error(error)
     return 0
 
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tokenization.errors import UserError
+
 SUMMARY_FILE = "training_summary.json"
 RESULTS_FILE = "results.json"  # what fine-tuning reports (training/finetune.py), beside a fine-tuned model
 # The layout below. Folders written before the file carried a version hold this same layout and no
@@ -23,7 +25,7 @@ RESULTS_FILE = "results.json"  # what fine-tuning reports (training/finetune.py)
 SCHEMA_VERSION = 1
 
 
-class RecordError(ValueError):
+class RecordError(UserError):
     """A training_summary.json that cannot be read: missing, not JSON, another schema version, or a
     field this version does not have. The message is one line naming the file and what to do."""
 

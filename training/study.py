@@ -53,6 +53,7 @@ from typing import Any  # noqa: E402
 import yaml  # noqa: E402
 
 from tokenization.corpus_io import COMPLETE_MARKER, corpus_complete  # noqa: E402
+from tokenization.errors import UserError, report_error  # noqa: E402
 from training.run_record import RESULTS_FILE, RecordError, RunRecord  # noqa: E402
 
 PRESETS = ("tiny", "cpu", "gpu", "paper")
@@ -61,7 +62,7 @@ FOCUS = "xpt"
 SPEC_FILE = "study_spec.json"
 
 
-class StudyError(ValueError):
+class StudyError(UserError):
     """A bad spec or input: printed as one line, exit status 2."""
 
 
@@ -600,9 +601,8 @@ def main(argv: list[str] | None = None) -> int:
             report = stage_report(spec, Path(args.out))
         else:
             report = run_study(spec, Path(args.out), resume=args.resume)
-    except StudyError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except UserError as error:
+        return report_error(error)
     print((report / "results.md").read_text(encoding="utf-8"))
     return 0
 

@@ -33,12 +33,14 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
+from tokenization.errors import UserError
+
 TASK_TYPES = ("single", "pair", "regression", "token", "qa")
 SPLIT_ALIASES = {"train": ("train",), "dev": ("dev", "validation", "valid", "val"), "test": ("test",)}
 EXTENSIONS = (".tsv", ".csv", ".jsonl", ".json")
 
 
-class TaskDataError(ValueError):
+class TaskDataError(UserError):
     """Bad task definition or data; `finetune.py` prints the message on one line and exits 2."""
 
 
