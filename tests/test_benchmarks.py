@@ -97,3 +97,30 @@ def test_mfu_formula():
 
 def test_matmul_peak_is_positive():
     assert tp.matmul_peak(torch.device("cpu"), torch.float32, [(64, 64, 64)], reps=2) > 0
+
+
+def test_dropout_cost_cli_tiny_cpu_smoke():
+    """benchmarks/dropout_cost.py end to end on the tiny model: one row per dropout variant."""
+    cmd = [sys.executable, "benchmarks/dropout_cost.py", "--size", "tiny", "--seq-len", "32", "--batch-size", "4",
+           "--rounds", "2", "--steps-per-round", "1", "--num-texts", "400"]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = re.findall(r"^\| ([a-z-]+) \| (\d+) \| (\d+)-(\d+) \|$", proc.stdout, flags=re.M)
+    assert [r[0] for r in rows] == ["as-source", "no-attention-dropout", "no-dropout"], proc.stdout
+    assert all(int(lo) <= int(tps) <= int(hi) for _, tps, lo, hi in rows)
+
+
+def test_dropout_variants_change_only_dropout():
+    """In training mode the source's dropout makes two forwards differ; with none they are equal, and
+    the weights are the same."""
+    from benchmarks.dropout_cost import without_dropout
+    from tests.model_factories import KOREAN_WORDS, tiny_source, word_tokenizer
+    from training.methods import METHODS
+
+    tokenizer = word_tokenizer("bert", KOREAN_WORDS)
+    model = METHODS["xpt"].build(tiny_source("bert", tokenizer, dropout=0.1), tokenizer).train()
+    ids = torch.randint(5, len(tokenizer), (2, 12))
+    plain = without_dropout(model, 0.0, 0.0).train()
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), plain.parameters()))
+    assert not torch.equal(model(input_ids=ids).logits, model(input_ids=ids).logits)
+    assert torch.equal(plain(input_ids=ids).logits, plain(input_ids=ids).logits)
