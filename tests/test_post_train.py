@@ -454,6 +454,7 @@ def test_malformed_yaml_is_one_line(tmp_path, capsys):
     (["--global-batch-size", "0"], "global_batch_size"),
     (["--max-seq-length", "3"], "max_seq_length"),
     (["--phase1-steps", "161", "--train-steps", "160"], "phase1_steps"),
+    (["--post-training-dropout", "1"], "post_training_dropout"),
     (["--warmup-steps", "-1"], "warmup_steps"),
     (["--weight-decay", "-0.1"], "weight_decay"),
     (["--adam-beta2", "1"], "adam_beta2"),
@@ -613,6 +614,23 @@ def test_resume_with_dropout_on_matches_uninterrupted_run(tiny, tmp_path, stop_a
     b = checkpoint_weights(latest_checkpoint(cut))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
+
+
+def test_post_training_dropout_overrides_the_source_for_the_run_only(tiny, tmp_path):
+    """post_training_dropout 0 on a source with dropout 0.1 trains exactly like the same weights with
+    dropout 0 in their config; without it the source's dropout applies; config.json keeps 0.1."""
+    tok = word_tokenizer("bert", WORDS)
+    with_dropout, without = tmp_path / "src-0.1", tmp_path / "src-0"
+    tiny_source("bert", tok, with_dropout, dropout=0.1)
+    tiny_source("bert", tok, without, dropout=0.0)  # the same weights (same seed)
+    overridden = run_inprocess(run_args(tiny, tmp_path / "a", source=with_dropout, post_training_dropout=0.0))
+    plain = run_inprocess(run_args(tiny, tmp_path / "b", source=without))
+    source_dropout = run_inprocess(run_args(tiny, tmp_path / "c", source=with_dropout))
+    assert losses(tmp_path / "a") == losses(tmp_path / "b")
+    assert losses(tmp_path / "a") != losses(tmp_path / "c")
+    assert overridden["final_metrics"] == plain["final_metrics"] != source_dropout["final_metrics"]
+    saved = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert saved["hidden_dropout_prob"] == saved["attention_probs_dropout_prob"] == 0.1
 
 def test_a_folder_in_use_is_refused_and_a_killed_holder_frees_it(tiny, tmp_path, capsys):
     from training.checkpointing import folder_lock

@@ -89,6 +89,10 @@ class PostTrainConfig:
                                 "of the training tokens, so the first steps need not learn the frequency baseline "
                                 "through the hidden states (which collapses them to one vector at small budgets)")
     adapter_size: int = arg(64, "bottleneck width, method adapters only")
+    post_training_dropout: float | None = arg(None, "null: the source's hidden and attention dropout while post-training "
+                                              "(paper); a value sets both for post-training only (0: none; at small "
+                                              "budgets measured faster and better, docs/BENCHMARKS.md). config.json "
+                                              "keeps the source's values, so fine-tuning uses them")
     train_fresh_head_in_phase1: bool = arg(True, "a source without an MLM head (e.g. all-MiniLM-L6-v2) gets a random head transform: train it in phase 1 (frozen it would stay random)")
     # --- data --------------------------------------------------------------------------------
     data: str = arg("", "prepared-splits folder, text/jsonl/parquet file(s) or folder, Hub dataset id, or \"konlpy\"")
@@ -424,8 +428,8 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
                  "max_eval_sentences", "early_stopping_patience", "phase1_learning_rate"):
         if getattr(c, name) is not None and getattr(c, name) <= 0:
             raise ConfigError(name, f"must be > 0 or null, got {getattr(c, name)}")
-    for name in ("adam_beta1", "adam_beta2"):
-        if not 0 <= getattr(c, name) < 1:
+    for name in ("adam_beta1", "adam_beta2", "post_training_dropout"):
+        if getattr(c, name) is not None and not 0 <= getattr(c, name) < 1:
             raise ConfigError(name, f"must be in [0, 1), got {getattr(c, name)}")
     if c.max_seq_length < 8:
         raise ConfigError("max_seq_length", f"must be at least 8 (a row holds [CLS], [SEP] and some text), got {c.max_seq_length}")

@@ -169,6 +169,17 @@ def build_optimizer(model, phase, config: PostTrainConfig, fused: bool = False):
     return optimizer, scheduler
 
 
+def set_dropout(model: torch.nn.Module, p: float) -> None:
+    """Set every hidden-state dropout (`nn.Dropout`) and attention-probability dropout (`dropout_prob`
+    of the attention modules) of `model` to `p`, for this run only: `model.config` keeps the source's
+    values, which the saved config.json carries to fine-tuning."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = p
+        if hasattr(module, "dropout_prob"):
+            module.dropout_prob = p
+
+
 @dataclass
 class WOPOutput(MaskedLMOutput):
     """The MLM output plus the summed word-order-prediction loss of the batch. A field of its own, so
@@ -509,6 +520,8 @@ def prepare_run(config: PostTrainConfig, accelerator: Accelerator, speed: SpeedS
     # the target language recorded by the corpus preparation or the tokenizer training, saved in config.json
     model.config.language = recorded_language(resolve_local(data) if data else None,
                                               resolve_local(config.tokenizer) if config.tokenizer else None)
+    if config.post_training_dropout is not None:
+        set_dropout(model, config.post_training_dropout)
     if not hasattr(model, "conversion_report"):
         model.conversion_report = {}
     # the module that trains: the MLM model, or the MLM model plus the auxiliary WOP head
