@@ -33,12 +33,11 @@ VARIANTS = {  # name: (attention dropout, hidden dropout); None keeps the source
 
 
 def without_dropout(model, attention: float | None, hidden: float | None):
+    """A copy of `model` with post-training's dropout override (`post_train.set_dropout`)."""
+    from training.post_train import set_dropout
+
     model = copy.deepcopy(model)
-    for module in model.modules():
-        if attention is not None and hasattr(module, "dropout_prob"):
-            module.dropout_prob = attention
-        if hidden is not None and isinstance(module, torch.nn.Dropout):
-            module.p = hidden
+    set_dropout(model, hidden, attention)
     return model
 
 

@@ -169,15 +169,15 @@ def build_optimizer(model, phase, config: PostTrainConfig, fused: bool = False):
     return optimizer, scheduler
 
 
-def set_dropout(model: torch.nn.Module, p: float) -> None:
-    """Set every hidden-state dropout (`nn.Dropout`) and attention-probability dropout (`dropout_prob`
-    of the attention modules) of `model` to `p`, for this run only: `model.config` keeps the source's
-    values, which the saved config.json carries to fine-tuning."""
+def set_dropout(model: torch.nn.Module, hidden: float | None, attention: float | None) -> None:
+    """Set the hidden-state dropouts (`nn.Dropout`) and attention-probability dropouts (`dropout_prob`
+    of the attention modules) of `model`; None leaves that kind as it is. For this run only:
+    `model.config` keeps the source's values, which the saved config.json carries to fine-tuning."""
     for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = p
-        if hasattr(module, "dropout_prob"):
-            module.dropout_prob = p
+        if hidden is not None and isinstance(module, torch.nn.Dropout):
+            module.p = hidden
+        if attention is not None and hasattr(module, "dropout_prob"):
+            module.dropout_prob = attention
 
 
 @dataclass
@@ -521,7 +521,7 @@ def prepare_run(config: PostTrainConfig, accelerator: Accelerator, speed: SpeedS
     model.config.language = recorded_language(resolve_local(data) if data else None,
                                               resolve_local(config.tokenizer) if config.tokenizer else None)
     if config.post_training_dropout is not None:
-        set_dropout(model, config.post_training_dropout)
+        set_dropout(model, config.post_training_dropout, config.post_training_dropout)
     if not hasattr(model, "conversion_report"):
         model.conversion_report = {}
     # the module that trains: the MLM model, or the MLM model plus the auxiliary WOP head
