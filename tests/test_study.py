@@ -181,7 +181,22 @@ def test_tiny_study_survives_kill_and_resumes(shared_data, tmp_path):
     test_ids = {json.loads(line)["id"] for line in (held / "test.jsonl").read_text().splitlines()}
     train_ids = {json.loads(line)["id"] for line in (held / "train.jsonl").read_text().splitlines()}
     assert len(test_ids) == 200 and not test_ids & train_ids
+    # KorSTS is also scored without fine-tuning on its whole test split, and recomputing gives the same figure
+    from training.embedding_similarity import token_overlap_similarity, zero_shot_similarity
+    from training.tasks import get_task, load_task_data
+
+    korsts = get_task("korsts")
+    test_rows = load_task_data(korsts, study.resolve_relative(spec.tasks["korsts"].data_dir))["test"]
+    assert all("zero_shot" not in run["tasks"]["nsmc"] for run in report["runs"])
+    first = report["runs"][0]
+    assert first["tasks"]["korsts"]["zero_shot"] == zero_shot_similarity(out / first["model"], korsts, test_rows, 32)
+    assert all(run["tasks"]["korsts"]["zero_shot"]["pairs"] == len(test_rows) for run in report["runs"])
+    from transformers import AutoTokenizer
+
+    reference = token_overlap_similarity(AutoTokenizer.from_pretrained(out / "tokenizer"), korsts, test_rows, 32)
+    assert report["zero_shot_reference"]["korsts"] == reference
     markdown = (out / "report" / "results.md").read_text()
+    assert f"No-model reference (cosine of the sentences' token counts under the same tokenizer): {reference['spearman']:.1f}." in markdown
     for task in spec.tasks:
         assert (out / "report" / f"{task}.png").stat().st_size > 1000
         assert report["data_efficiency"][task]["text"] in markdown

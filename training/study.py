@@ -21,7 +21,9 @@ stages, each using the package's own tools, each resumable:
    (`OUT/models/<method>-<size>`) that the Auto classes load.
 4. fine-tuning: `training.finetune` on every task for every model with `finetune.seeds` seeds,
    best epoch chosen on dev, reported on test. A task without a test split gets one held out of
-   its train split (`hold_out_test`, fixed seed) before anything is trained.
+   its train split (`hold_out_test`, fixed seed) before anything is trained. Pair regression tasks
+   (KorSTS) are also scored without fine-tuning (`training.embedding_similarity`: cosine of
+   mean-pooled states on the whole test split), which shows what post-training alone gave.
 5. report (`OUT/report`): `results.md`, `results.json`, one PNG per task and the data-efficiency
    factor (the largest k such that XPT at N sentences matches or beats Scratch at k x N).
 
@@ -60,6 +62,7 @@ PRESETS = ("tiny", "cpu", "gpu", "paper")
 BASELINE = "scratch"
 FOCUS = "xpt"
 SPEC_FILE = "study_spec.json"
+TOKEN_OVERLAP = "token-overlap"  # OUT/zero_shot/<this>: the no-model reference of the zero-shot scores
 
 
 class StudyError(UserError):
@@ -354,6 +357,44 @@ def stage_finetune(spec: StudySpec, out: Path, model: Path, name: str, data_dir:
     return final
 
 
+def stage_zero_shot(spec: StudySpec, out: Path, name: str, data_dir: Path, model: Path | None = None,
+                    tokenizer: Path | None = None) -> Path | None:
+    """A pair regression task scored without fine-tuning on its whole test split (training/embedding_similarity.py):
+    OUT/zero_shot/<run>/<task>.json for a `model`, OUT/zero_shot/token-overlap/<task>.json for the no-model
+    reference with the study's `tokenizer`. Written once; None for other tasks."""
+    from training import finetune
+    from training.embedding_similarity import applies_to, token_overlap_similarity, zero_shot_similarity
+    from training.tasks import TaskDataError, get_task, load_task_data
+
+    run = model.name if model is not None else TOKEN_OVERLAP
+    try:
+        task = get_task(name)
+        if not applies_to(task):
+            return None
+        final = out / "zero_shot" / run / f"{name}.json"
+        if final.is_file():
+            return final
+        test = load_task_data(task, data_dir).get("test")
+    except TaskDataError as error:
+        raise StudyError(f"zero-shot similarity of {run} on {name}: {error}") from None
+    if not test:
+        return None
+    log(out, f"zero-shot similarity of {run} on {name} ({len(test)} test pairs)")
+    max_length = int({**spec.finetune, **spec.tasks[name].finetune}.get(
+        "max_length", finetune.build_parser().get_default("max_length")))
+    if model is None:
+        from transformers import AutoTokenizer
+
+        result = token_overlap_similarity(AutoTokenizer.from_pretrained(str(tokenizer)), task, test, max_length)
+    else:
+        result = zero_shot_similarity(model, task, test, max_length)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".tmp-{final.name}")
+    tmp.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, final)
+    return final
+
+
 # --- stage 5: report -------------------------------------------------------------------------------
 def collect(spec: StudySpec, out: Path) -> dict[str, Any]:
     """results.json content: every finished (method, size) with its post-training record and task scores.
@@ -385,11 +426,16 @@ def collect(spec: StudySpec, out: Path) -> dict[str, Any]:
                     "min": min(results["scores"]), "max": max(results["scores"]),
                     "dev_scores": [r["dev"] for r in results["runs"]],
                     "examples": results["num_examples"], "fine_tuning_wall_s": round(sum(walls), 1)}
+                zero_shot = out / "zero_shot" / folder.name / f"{name}.json"
+                if zero_shot.is_file():
+                    record["tasks"][name]["zero_shot"] = json.loads(zero_shot.read_text(encoding="utf-8"))
             runs.append(record)
     factors = {name: efficiency_factor(runs, name) for name in spec.tasks}
     factors["mlm_perplexity"] = efficiency_factor(runs, None)
+    references = {name: json.loads(path.read_text(encoding="utf-8")) for name in spec.tasks
+                  if (path := out / "zero_shot" / TOKEN_OVERLAP / f"{name}.json").is_file()}
     return {"spec": spec.to_dict(), "runs": runs, "missing": missing, "data_efficiency": factors,
-            "separation": {name: separation(runs, name) for name in spec.tasks}}
+            "separation": {name: separation(runs, name) for name in spec.tasks}, "zero_shot_reference": references}
 
 
 def _score(run: dict[str, Any], task: str | None) -> float:
@@ -468,6 +514,7 @@ def markdown(report: dict[str, Any], spec: StudySpec) -> str:
             f"{int(n):,}: {'yes' if v['xpt_above'] and v['ranges_disjoint'] else ('above, ranges overlap' if v['xpt_above'] else 'no')}"
             for n, v in verdicts.items()) or "no size has both finished") + ".")
         lines.append("")
+        lines += zero_shot_table(runs, spec, task, report["zero_shot_reference"].get(task))
     lines += ["## Held-out MLM (test split, fixed masks)", "",
               "| method | sentences | perplexity | hits@1 | hits@10 | MRR | tokens seen | post-training wall s |",
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -483,6 +530,29 @@ def markdown(report: dict[str, Any], spec: StudySpec) -> str:
         walls = [r["tasks"][task]["fine_tuning_wall_s"] for r in runs]
         lines.append(f"| {task} | {ex.get('train')} / {ex.get('dev')} / {ex.get('test', '-')} | {statistics.median(walls):.0f} |")
     return "\n".join(lines) + "\n"
+
+
+def zero_shot_table(runs: list[dict[str, Any]], spec: StudySpec, task: str, reference: dict[str, Any] | None) -> list[str]:
+    """The task scored without fine-tuning, a row per method, and the no-model reference; no lines when
+    it was not measured."""
+    measured = [r["tasks"][task]["zero_shot"] for r in runs if "zero_shot" in r["tasks"][task]]
+    if not measured:
+        return []
+    lines = [f"### {task} without fine-tuning: Spearman x 100 of the cosine of mean-pooled states "
+             f"(all {measured[0]['pairs']:,} test pairs; nothing trained, so no seeds)", "",
+             "| method | " + " | ".join(f"{n:,} sentences" for n in spec.sizes) + " |",
+             "| --- |" + " ---: |" * len(spec.sizes)]
+    for method in spec.methods:
+        cells = []
+        for size in spec.sizes:
+            run = next((r for r in runs if r["method"] == method and r["sentences"] == size), None)
+            zero_shot = run["tasks"][task].get("zero_shot") if run else None
+            cells.append(f"{zero_shot['spearman']:.1f}" if zero_shot else "not run")
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    if reference:
+        lines += ["", f"No-model reference (cosine of the sentences' token counts under the same tokenizer): "
+                      f"{reference['spearman']:.1f}."]
+    return lines + [""]
 
 
 def plot(report: dict[str, Any], spec: StudySpec, folder: Path) -> list[Path]:
@@ -562,11 +632,14 @@ def run_study(spec: StudySpec, out: Path, resume: bool = False) -> Path:
     data = stage_corpus(spec, out)
     tokenizer = stage_tokenizer(spec, out, data)
     task_dirs = {name: task_folder(spec, out, name) for name in spec.tasks}
+    for name, folder in task_dirs.items():
+        stage_zero_shot(spec, out, name, folder, tokenizer=tokenizer)
     for size in spec.sizes:
         for method in spec.methods:
             model = stage_post_train(spec, out, data, tokenizer, method, size)
             for name, folder in task_dirs.items():
                 stage_finetune(spec, out, model, name, folder, size)
+                stage_zero_shot(spec, out, name, folder, model=model)
     report = stage_report(spec, out)
     log(out, f"study finished in {time.time() - started:.0f} s (this invocation); report in {report}")
     return report
