@@ -498,16 +498,8 @@ def markdown(report: dict[str, Any], spec: StudySpec) -> str:
         return "\n".join(lines) + "\n"
     for task in spec.tasks:
         first = runs[0]["tasks"][task]
-        lines += [f"## {task}: {first['metric']} on {first['split']} (mean ± sd over seeds [min, max])", "",
-                  "| method | " + " | ".join(f"{n:,} sentences" for n in spec.sizes) + " |",
-                  "| --- |" + " ---: |" * len(spec.sizes)]
-        for method in spec.methods:
-            cells = []
-            for size in spec.sizes:
-                run = next((r for r in runs if r["method"] == method and r["sentences"] == size), None)
-                t = run["tasks"][task] if run else None
-                cells.append(f"{t['mean']:.1f} ± {t['sd']:.1f} [{t['min']:.1f}, {t['max']:.1f}]" if t else "not run")
-            lines.append(f"| {method} | " + " | ".join(cells) + " |")
+        lines += [f"## {task}: {first['metric']} on {first['split']} (mean ± sd over seeds [min, max])", ""]
+        lines += method_by_size(runs, spec, lambda t: f"{t['mean']:.1f} ± {t['sd']:.1f} [{t['min']:.1f}, {t['max']:.1f}]", task)
         lines += ["", f"Data-efficiency factor (XPT vs Scratch): {report['data_efficiency'][task]['text']}.", ""]
         verdicts = report["separation"][task]
         lines.append("XPT above Scratch with disjoint seed ranges: " + (", ".join(
@@ -532,6 +524,16 @@ def markdown(report: dict[str, Any], spec: StudySpec) -> str:
     return "\n".join(lines) + "\n"
 
 
+def method_by_size(runs: list[dict[str, Any]], spec: StudySpec, cell, task: str) -> list[str]:
+    """A markdown table, a row per method and a column per size; `cell` formats a run's entry for `task`."""
+    lines = ["| method | " + " | ".join(f"{n:,} sentences" for n in spec.sizes) + " |",
+             "| --- |" + " ---: |" * len(spec.sizes)]
+    for method in spec.methods:
+        found = {r["sentences"]: r["tasks"][task] for r in runs if r["method"] == method}
+        lines.append(f"| {method} | " + " | ".join(cell(found[n]) if n in found else "not run" for n in spec.sizes) + " |")
+    return lines
+
+
 def zero_shot_table(runs: list[dict[str, Any]], spec: StudySpec, task: str, reference: dict[str, Any] | None) -> list[str]:
     """The task scored without fine-tuning, a row per method, and the no-model reference; no lines when
     it was not measured."""
@@ -539,16 +541,8 @@ def zero_shot_table(runs: list[dict[str, Any]], spec: StudySpec, task: str, refe
     if not measured:
         return []
     lines = [f"### {task} without fine-tuning: Spearman x 100 of the cosine of mean-pooled states "
-             f"(all {measured[0]['pairs']:,} test pairs; nothing trained, so no seeds)", "",
-             "| method | " + " | ".join(f"{n:,} sentences" for n in spec.sizes) + " |",
-             "| --- |" + " ---: |" * len(spec.sizes)]
-    for method in spec.methods:
-        cells = []
-        for size in spec.sizes:
-            run = next((r for r in runs if r["method"] == method and r["sentences"] == size), None)
-            zero_shot = run["tasks"][task].get("zero_shot") if run else None
-            cells.append(f"{zero_shot['spearman']:.1f}" if zero_shot else "not run")
-        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+             f"(all {measured[0]['pairs']:,} test pairs; nothing trained, so no seeds)", ""]
+    lines += method_by_size(runs, spec, lambda t: f"{t['zero_shot']['spearman']:.1f}" if "zero_shot" in t else "not run", task)
     if reference:
         lines += ["", f"No-model reference (cosine of the sentences' token counts under the same tokenizer): "
                       f"{reference['spearman']:.1f}."]
