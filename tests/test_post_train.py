@@ -498,6 +498,9 @@ def test_phase1_trains_only_its_groups_and_phase2_trains_everything(tiny, tmp_pa
     hardware = summary["hardware"]  # the kind of device and the versions, not this machine's details
     assert hardware["device"] == "cpu" and hardware["torch"] and hardware["transformers"]
     assert not {"platform", "cpu_count", "hostname"} & set(hardware)
+    # trained with eager attention (the CPU default), saved without it: the Auto classes load sdpa
+    assert hardware["speed"]["attention"] == "eager"
+    assert not [k for k in json.loads((out / "config.json").read_text()) if "attn" in k]
 
     source = source_weights(tiny["bert"][0])
     ckpts = dict(list_checkpoints(out))
@@ -961,8 +964,13 @@ def test_speed_settings_auto_and_explicit(monkeypatch):
                                              static_masked_head=False), "cuda")
     assert (off.mixed_precision, off.compile, off.fused_adamw, off.masked_capacity) == ("no", False, False, False)
     assert "compile=off" in step.describe_speed(off, "cuda")
+    assert (long_bf16.attention, off.attention) == ("eager", "sdpa")  # auto: eager attention on CPU, sdpa on CUDA
+    assert step.resolve_speed(PostTrainConfig(attn_implementation="sdpa"), "cpu").attention == "sdpa"
+    assert "attention=sdpa" in step.describe_speed(off, "cuda")
     with pytest.raises(ConfigError, match="`compile`"):
         validate_config(config_from_dict({"source": "x", "data": "y", "compile": "sometimes"}), check_data=False)
+    with pytest.raises(ConfigError, match="`attn_implementation`"):
+        validate_config(config_from_dict({"source": "x", "data": "y", "attn_implementation": "flash"}), check_data=False)
 
 
 def test_frequency_baseline_scores_tokens_by_their_train_frequency(tiny):
@@ -1010,16 +1018,19 @@ def test_masked_capacity_holds_every_count():
     assert masked_capacity_for(2, 8, 0, 0.15) == 8
 
 
-@pytest.mark.parametrize("settings", [dict(fused=True, capacity=None),
-                                      dict(fused=False, capacity={"length": 32, "mlm_probability": 0.15})])
+@pytest.mark.parametrize("settings", [dict(fused=True, capacity=None, attention="sdpa"),
+                                      dict(fused=False, capacity={"length": 32, "mlm_probability": 0.15},
+                                           attention="sdpa"),
+                                      dict(fused=False, capacity=None, attention="eager")])
 def test_training_step_settings_give_the_same_update(tiny, settings):
-    """Fused AdamW and the static-capacity head change speed, not the update: one step from the same
-    weights on the same batch gives the same weights as the default step."""
+    """Fused AdamW, the static-capacity head and eager attention change speed, not the update: one step
+    from the same weights on the same (packed, block-masked) batch gives the same weights as the
+    default step (foreach AdamW, exact head, SDPA)."""
     from accelerate import Accelerator
     from transformers import AutoTokenizer
 
     from training.config import PhaseConfig, PostTrainConfig
-    from training.step import training_step
+    from training.step import training_step, use_attention
 
     source, tok_dir = tiny["bert"]
     tok = AutoTokenizer.from_pretrained(str(tok_dir))
@@ -1030,9 +1041,10 @@ def test_training_step_settings_give_the_same_update(tiny, settings):
                     position_offset=0, packing=True, pad_to=32)
     accelerator = Accelerator(cpu=True)
     results = []
-    for fused, capacity in ((False, None), (settings["fused"], settings["capacity"])):
+    for fused, capacity, attention in ((False, None, "sdpa"), tuple(settings.values())):
         torch.manual_seed(0)
         model = config.method_entry().build(str(source), tok).eval()  # no dropout: a deterministic step
+        use_attention(model, attention)
         optimizer, scheduler = post_train.build_optimizer(model, PhaseConfig("p", "all", 10, 1e-3, 0, "constant"),
                                                           config, fused=fused)
         result = training_step(model, [dict(batch)], optimizer, scheduler, accelerator,

@@ -127,6 +127,7 @@ from training.step import (  # noqa: E402
     describe_speed,
     resolve_speed,
     training_step,
+    use_attention,
     weight_decay_groups,
 )
 
@@ -522,6 +523,7 @@ def prepare_run(config: PostTrainConfig, accelerator: Accelerator, speed: SpeedS
                                               resolve_local(config.tokenizer) if config.tokenizer else None)
     if config.post_training_dropout is not None:
         set_dropout(model, config.post_training_dropout, config.post_training_dropout)
+    use_attention(model, speed.attention)
     if not hasattr(model, "conversion_report"):
         model.conversion_report = {}
     # the module that trains: the MLM model, or the MLM model plus the auxiliary WOP head
@@ -725,7 +727,7 @@ def write_outputs(run: Run, state: RunState) -> RunRecord:
     run.add_wall_time(state)
     info = hardware(accelerator)
     info["speed"] = {"compile": run.speed.compile, "fused_adamw": run.speed.fused_adamw,
-                     "static_masked_head": run.speed.masked_capacity}
+                     "static_masked_head": run.speed.masked_capacity, "attention": run.speed.attention}
     if accelerator.num_processes > 1:  # every rank must hold the same weights (the DDP phase-boundary trap would break this)
         checksum = torch.stack([p.detach().double().sum() for p in model.parameters()]).to(accelerator.device)
         gathered = accelerator.gather(checksum[None]).cpu()

@@ -6,8 +6,9 @@ token mean, backward, gradient clipping, optimiser and scheduler step, zero_grad
 summed masked-token loss as a device tensor, so a caller that does not log pays no host sync.
 
 `resolve_speed(config, device)` turns the config's "auto" speed fields into concrete choices
-(mixed precision, torch.compile, fused AdamW, static masked-head capacity) per kind of device;
-`describe_speed` is the one log line that says what was chosen.
+(mixed precision, torch.compile, fused AdamW, static masked-head capacity, attention implementation)
+per kind of device; `use_attention` applies the last to a model; `describe_speed` is the one log
+line that says what was chosen.
 """
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ class SpeedSettings:
     compile: bool  # torch.compile (inductor) of the training module's forward
     fused_adamw: bool  # torch.optim.AdamW(fused=True)
     masked_capacity: bool  # LM head on a static number of rows (no data-dependent shapes, no host sync)
+    attention: str = "sdpa"  # sdpa | eager: the attention implementation the model trains with
 
 
 def _auto_bool(value, default: bool) -> bool:
@@ -73,6 +75,9 @@ def resolve_speed(config, device: str, planned_steps: int | None = None) -> Spee
     - fused AdamW: on (CPU and CUDA both have the kernel).
     - masked capacity: on whenever compiling (a static LM-head shape avoids recompiles); eager keeps
       the exact-size selection, which costs nothing there.
+    - attention: sdpa on CUDA (fused kernels); eager on CPU, where the explicit softmax(QK^T)V with a
+      boolean mask trained faster than SDPA in both of its CPU paths (the math path that dropout
+      forces, and the flash kernel without dropout, whose backward is slow at these lengths).
     """
     mixed = config.mixed_precision
     if mixed == "auto":
@@ -83,7 +88,21 @@ def resolve_speed(config, device: str, planned_steps: int | None = None) -> Spee
     compile_on = _auto_bool(config.compile, cuda or (long_run and mixed == "no"))
     fused = _auto_bool(config.fused_adamw, True)
     capacity = _auto_bool(config.static_masked_head, compile_on)
-    return SpeedSettings(mixed, compile_on, fused, capacity)
+    attention = config.attn_implementation
+    if attention == "auto":
+        attention = "sdpa" if cuda else "eager"
+    return SpeedSettings(mixed, compile_on, fused, capacity, attention)
+
+
+def use_attention(model: torch.nn.Module, implementation: str) -> None:
+    """Train `model` with `implementation` ("sdpa" or "eager"; both compute the same function).
+
+    Sets `config._attn_implementation`, the property that `from_pretrained(attn_implementation=...)`
+    sets and that XPT's attention and transformers' BERT/RoBERTa read at every forward. Not the public
+    `set_attn_implementation`: it only switches models written on transformers' AttentionInterface,
+    which the self-contained remote code does not import. The value is not written to config.json,
+    so a saved model loads with the default (sdpa) again."""
+    model.config._attn_implementation = implementation
 
 
 # CPU compile policy for fp32 runs (measured on a 2-core AVX2 machine, docs/BENCHMARKS.md)
@@ -96,8 +115,8 @@ def describe_speed(settings: SpeedSettings, device: str) -> str:
         bf16_note = " (this CPU has no native bf16)" if not cpu_has_fast_bf16() else ""
     return (f"speed settings on {device}: mixed_precision={settings.mixed_precision}{bf16_note} "
             f"compile={'inductor' if settings.compile else 'off'} fused_adamw={settings.fused_adamw} "
-            f"static_masked_head={settings.masked_capacity} "
-            "(config fields mixed_precision, compile, fused_adamw, static_masked_head)")
+            f"static_masked_head={settings.masked_capacity} attention={settings.attention} "
+            "(config fields mixed_precision, compile, fused_adamw, static_masked_head, attn_implementation)")
 
 
 def weight_decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
