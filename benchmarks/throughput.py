@@ -17,8 +17,7 @@ dropout on, one micro-batch of B rows x seq-len per step:
   stock-best    the same with XPT's best precision, compile and attention settings.
   xpt           XPT as `post_train.py` runs it by default for a long run on this device
                 (`training.step.resolve_speed`: bf16 autocast where the hardware has it; compile on CUDA
-                and on fp32 CPUs, eager under bf16 on CPU; SDPA attention on CUDA, the explicit
-                softmax(QK^T)V ("eager" attention) on CPU): batches from `training/mlm_data.py`
+                and on fp32 CPUs, eager under bf16 on CPU; SDPA attention): batches from `training/mlm_data.py`
                 (`build_token_rows` next-fit packing, exact-count `Masker`, `collate`'s block mask and
                 restarting positions, `TrainMicroBatches`), the model from `training/methods.py` (`xpt`),
                 the optimiser from `post_train.build_optimizer`.

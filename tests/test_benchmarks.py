@@ -27,15 +27,15 @@ def test_cli_tiny_cpu_smoke(tmp_path):
     out = tmp_path / "result.json"
     cmd = [sys.executable, "benchmarks/throughput.py", "--device", "cpu", "--size", "tiny", "--rounds", "2",
            "--steps-per-round", "1", "--warmup", "1", "--num-texts", "400", "--compile", "false",
-           "--paths", "stock-eager", "stock-best", "xpt", "xpt-eager", "xpt-sdpa", "--json", str(out)]
+           "--paths", "stock-eager", "stock-best", "xpt", "xpt-eager", "xpt-attn-eager", "--json", str(out)]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     rows = {m["path"]: m for m in map(ROW.match, lines) if m}
-    assert sorted(rows) == ["stock-best", "stock-eager", "xpt", "xpt-eager", "xpt-sdpa"], proc.stdout
-    # the attention each path ran with, as the table states it (CPU: eager attention unless the path says)
-    assert "sdpa attention" in rows["stock-eager"]["settings"] and "sdpa attention" in rows["xpt-sdpa"]["settings"]
-    assert "eager attention" in rows["xpt"]["settings"] and "eager attention" in rows["stock-best"]["settings"]
+    assert sorted(rows) == ["stock-best", "stock-eager", "xpt", "xpt-attn-eager", "xpt-eager"], proc.stdout
+    # the attention each path ran with, as the table states it (sdpa unless the path says)
+    assert all("sdpa attention" in rows[p]["settings"] for p in ("stock-eager", "stock-best", "xpt"))
+    assert "eager attention" in rows["xpt-attn-eager"]["settings"]
     for row in rows.values():
         assert int(row["lo"]) <= int(row["tps"]) <= int(row["hi"]), row.group(0)
         assert row["recompiled"] == "0"

@@ -486,7 +486,7 @@ def test_max_steps_scales_every_phase():
 
 def test_phase1_trains_only_its_groups_and_phase2_trains_everything(tiny, tmp_path):
     out = tmp_path / "xpt"
-    summary = run_inprocess(run_args(tiny, out, save_steps=1))
+    summary = run_inprocess(run_args(tiny, out, save_steps=1, attn_implementation="eager"))
     assert [p["name"] for p in summary["phases"]] == ["phase1", "phase2"]
     assert summary["phases"][0]["trainable_groups"] == list(PHASE1)
     assert set(PHASE1 + REUSED_GROUPS) <= set(summary["phases"][1]["trainable_groups"])
@@ -498,7 +498,7 @@ def test_phase1_trains_only_its_groups_and_phase2_trains_everything(tiny, tmp_pa
     hardware = summary["hardware"]  # the kind of device and the versions, not this machine's details
     assert hardware["device"] == "cpu" and hardware["torch"] and hardware["transformers"]
     assert not {"platform", "cpu_count", "hostname"} & set(hardware)
-    # trained with eager attention (the CPU default), saved without it: the Auto classes load sdpa
+    # trained with eager attention, saved without it: the Auto classes load sdpa
     assert hardware["speed"]["attention"] == "eager"
     assert not [k for k in json.loads((out / "config.json").read_text()) if "attn" in k]
 
@@ -964,9 +964,9 @@ def test_speed_settings_auto_and_explicit(monkeypatch):
                                              static_masked_head=False), "cuda")
     assert (off.mixed_precision, off.compile, off.fused_adamw, off.masked_capacity) == ("no", False, False, False)
     assert "compile=off" in step.describe_speed(off, "cuda")
-    assert (long_bf16.attention, off.attention) == ("eager", "sdpa")  # auto: eager attention on CPU, sdpa on CUDA
-    assert step.resolve_speed(PostTrainConfig(attn_implementation="sdpa"), "cpu").attention == "sdpa"
-    assert "attention=sdpa" in step.describe_speed(off, "cuda")
+    assert (long_bf16.attention, off.attention) == ("sdpa", "sdpa")  # auto: sdpa on every device
+    eager = step.resolve_speed(PostTrainConfig(attn_implementation="eager"), "cpu")
+    assert eager.attention == "eager" and "attention=eager" in step.describe_speed(eager, "cpu")
     with pytest.raises(ConfigError, match="`compile`"):
         validate_config(config_from_dict({"source": "x", "data": "y", "compile": "sometimes"}), check_data=False)
     with pytest.raises(ConfigError, match="`attn_implementation`"):

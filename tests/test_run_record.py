@@ -21,7 +21,7 @@ UNVERSIONED = {
     "hardware": {"device": "cpu", "machine": "x86_64", "num_processes": 1, "mixed_precision": "no",
                  "torch": "2.13.0", "transformers": "5.23.0", "python": "3.11.7",
                  "speed": {"compile": False, "fused_adamw": True, "static_masked_head": False,
-                           "attention": "eager"}},
+                           "attention": "sdpa"}},
     "batch": {"global_batch_size": 8, "per_device_batch_size": 8, "gradient_accumulation_steps": 1,
               "max_seq_length": 32, "packing": True},
     "valid_metrics": {"loss": 5.5, "hits@1": 0.05}, "final_metrics": {"loss": 5.6, "hits@1": 0.04},

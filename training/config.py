@@ -143,7 +143,8 @@ class PostTrainConfig:
     fused_adamw: str | bool = arg("auto", "AdamW(fused=True); auto: on")
     static_masked_head: str | bool = arg("auto", "LM head on a static number of rows (no recompiles); auto: when compiling")
     attn_implementation: str = arg("auto", "sdpa | eager attention while post-training (the same function; the saved model "
-                                   "loads with sdpa); auto: eager on CPU, where it measured faster, sdpa on CUDA")
+                                   "loads with sdpa); auto: sdpa. eager is faster on CPU but computes attention in "
+                                   "bf16 under bf16 autocast (docs/BENCHMARKS.md)")
     seed: int = arg(42, "seed of the batch order, the masks and the initialisation")
     eval_seed: int = arg(1234, "fixed masking of valid/test, comparable across runs and methods")
     # --- bookkeeping -------------------------------------------------------------------------
