@@ -328,8 +328,13 @@ def task_folder(spec: StudySpec, out: Path, name: str) -> Path:
     return folder
 
 
+def finetune_options(spec: StudySpec, name: str) -> dict[str, Any]:
+    """The fine-tuning options for task `name`: the spec's, overridden by the task's (seeds apart)."""
+    return {**{k: v for k, v in spec.finetune.items() if k != "seeds"}, **spec.tasks[name].finetune}
+
+
 def finetune_args(spec: StudySpec, name: str, model: Path, data_dir: Path, output_dir: Path, size: int) -> list[str]:
-    options = {**{k: v for k, v in spec.finetune.items() if k != "seeds"}, **spec.tasks[name].finetune}
+    options = finetune_options(spec, name)
     argv = ["--model", str(model), "--task", name, "--data-dir", str(data_dir), "--output-dir", str(output_dir),
             "--seeds", ",".join(str(s) for s in spec.seeds(size)), "--no-progress",
             "--trust-remote-code"]  # the study wrote these folders itself (possibly with an earlier version)
@@ -380,8 +385,7 @@ def stage_zero_shot(spec: StudySpec, out: Path, name: str, data_dir: Path, model
     if not test:
         return None
     log(out, f"zero-shot similarity of {run} on {name} ({len(test)} test pairs)")
-    max_length = int({**spec.finetune, **spec.tasks[name].finetune}.get(
-        "max_length", finetune.build_parser().get_default("max_length")))
+    max_length = int(finetune_options(spec, name).get("max_length", finetune.build_parser().get_default("max_length")))
     if model is None:
         from transformers import AutoTokenizer
 
