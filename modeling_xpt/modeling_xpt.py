@@ -20,8 +20,6 @@ weights map 1:1 onto stock checkpoints.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -66,6 +64,41 @@ def position_ids_for(input_ids: torch.Tensor, pad_token_id: int | None, position
     return (torch.cumsum(real, dim=1) * real + (position_offset - 1)).long()
 
 
+class XPTDropout(nn.Dropout):
+    """`nn.Dropout` with a cheaper mask on CPU: each 64-bit random draw gives four 16-bit numbers,
+    and an element is kept when its number is at or above round(p * 2^16) (kept with probability
+    q = 1 - round(p * 2^16) / 2^16, 0.899994 for p = 0.1, and scaled by 1 / q, so E[output] = input).
+
+    Hand-written because torch's CPU dropout samples one Bernoulli variable per element
+    (`bernoulli_`), which took a fifth of the post-training step on a 2-core CPU; this mask costs a
+    third of that (docs/BENCHMARKS.md, "Dropout masks"). On other devices, with `threshold_mask = False`
+    (`training.step.use_dropout_mask`), `inplace` or p outside (0, 1), it is `nn.Dropout`. The numbers
+    come from torch's default generator, so `torch.manual_seed` makes them reproducible. Under
+    `torch.compile` it is `nn.Dropout` too: Dynamo cannot trace `random_`, and inductor draws its own
+    masks.
+    """
+
+    threshold_mask: bool = True
+
+    def uses_threshold_mask(self, hidden_states: torch.Tensor) -> bool:
+        return (self.training and self.threshold_mask and hidden_states.device.type == "cpu"
+                and 0 < self.p < 1 and not self.inplace and not torch.compiler.is_compiling())
+
+    def keep_mask(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """(boolean mask of the kept elements, 1 / q) for a tensor of `hidden_states`' shape."""
+        threshold = round(self.p * 65536)
+        count = hidden_states.numel()
+        draws = torch.empty((count + 3) // 4, dtype=torch.int64, device=hidden_states.device).random_(-(2**63), None)
+        keep = draws.view(torch.int16)[:count].view(hidden_states.shape) >= threshold - 32768
+        return keep, 65536 / (65536 - threshold)
+
+    def forward(self, hidden_states):
+        if not self.uses_threshold_mask(hidden_states):
+            return super().forward(hidden_states)
+        keep, scale = self.keep_mask(hidden_states)
+        return hidden_states * keep * scale
+
+
 class XPTEmbeddings(nn.Module):
     """h^0 = LayerNorm(E_T[x] + P[pos] + S[type]): new target embeddings, reused P, S and LayerNorm."""
 
@@ -78,7 +111,7 @@ class XPTEmbeddings(nn.Module):
             nn.Embedding(config.type_vocab_size, config.hidden_size) if config.type_vocab_size > 0 else None
         )
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = XPTDropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids, token_type_ids=None, position_ids=None):
         if position_ids is None:
@@ -92,10 +125,14 @@ class XPTEmbeddings(nn.Module):
 
 
 class XPTSelfAttention(nn.Module):
-    """Multi-head self-attention: softmax(Q K^T / sqrt(d_head) masked) V.
+    """Multi-head self-attention: softmax(Q K^T / sqrt(d_head) + mask) V, with dropout on the probabilities.
 
-    SDPA by default; the eager path (`attn_implementation="eager"`, or `output_attentions=True`)
-    computes the same function and also returns the attention probabilities.
+    SDPA by default. The explicit path (`attn_implementation="eager"`, `output_attentions=True`, or
+    training on CPU with attention dropout and `XPTDropout`'s threshold mask) computes what SDPA's
+    math path computes, in the same precision (scores, softmax and P V in fp32, the result cast back),
+    and returns the probabilities (before dropout). On CPU SDPA takes its math path whenever dropout
+    is on; the explicit one is that computation with the cheaper mask, the mask added in place as a
+    bias and the dropout scale 1 / q applied to the product P V, a quarter of P's size.
     """
 
     def __init__(self, config: XPTConfig):
@@ -106,7 +143,7 @@ class XPTSelfAttention(nn.Module):
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
-        self.dropout_prob = config.attention_probs_dropout_prob
+        self.dropout = XPTDropout(config.attention_probs_dropout_prob)
 
     def forward(self, hidden_states, attention_mask=None, output_attentions=False):
         batch, length, _ = hidden_states.shape
@@ -114,15 +151,22 @@ class XPTSelfAttention(nn.Module):
             proj(hidden_states).view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
             for proj in (self.query, self.key, self.value)
         )
-        dropout = self.dropout_prob if self.training else 0.0
-        if output_attentions or self.config._attn_implementation == "eager":
-            scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
-            if attention_mask is not None:
-                scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
-            probs = F.dropout(scores.softmax(dim=-1), p=dropout, training=self.training)
-            context = torch.matmul(probs, v)
+        if output_attentions or self.config._attn_implementation == "eager" or self.dropout.uses_threshold_mask(q):
+            with torch.autocast(q.device.type, enabled=False):  # fp32, as SDPA's math path
+                scores = torch.matmul(q.float() * self.head_dim**-0.5, k.float().transpose(-1, -2))
+                if attention_mask is not None:
+                    scores += torch.zeros(attention_mask.shape, device=scores.device).masked_fill_(
+                        ~attention_mask, torch.finfo(scores.dtype).min)
+                probs = scores.softmax(dim=-1)
+                if self.dropout.uses_threshold_mask(probs):
+                    keep, scale = self.dropout.keep_mask(probs)
+                    context = torch.matmul(probs * keep, v.float()) * scale
+                else:
+                    context = torch.matmul(self.dropout(probs), v.float())
+                context = context.to(q.dtype)
         else:
             probs = None
+            dropout = self.dropout.p if self.training else 0.0
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, dropout_p=dropout)
         context = context.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)
         return context, probs
@@ -152,7 +196,7 @@ class XPTResidualOutput(nn.Module):
         super().__init__()
         self.dense = nn.Linear(in_features, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = XPTDropout(config.hidden_dropout_prob)
         self.adapter = XPTAdapter(config) if with_adapter else None
 
     def forward(self, hidden_states, residual):
@@ -482,7 +526,7 @@ class XPTClassificationHead(nn.Module):
         super().__init__()
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = XPTDropout(dropout)
         self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
         self.pooling = config.classifier_pooling
 
@@ -544,7 +588,7 @@ class XPTForTokenClassification(XPTPreTrainedModel):
         self.num_labels = config.num_labels
         self.xpt = XPTModel(config)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = XPTDropout(dropout)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 

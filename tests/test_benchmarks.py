@@ -98,6 +98,14 @@ def test_mfu_formula():
     assert tp.step_flops(stock, 10, 3, 2, 9) == tp.step_flops(cfg, 10, 3, 2, 9)
 
 
+def test_rounds_rotate_the_order_of_paths():
+    from benchmarks.throughput import rotated
+
+    orders = [rotated(["a", "b", "c"], r) for r in range(4)]
+    assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+    assert all(sorted(o) == ["a", "b", "c"] for o in orders) and rotated([], 3) == []
+
+
 def test_matmul_peak_is_positive():
     assert tp.matmul_peak(torch.device("cpu"), torch.float32, [(64, 64, 64)], reps=2) > 0
 
@@ -109,8 +117,15 @@ def test_dropout_cost_cli_tiny_cpu_smoke():
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = re.findall(r"^\| ([a-z-]+) \| (\d+) \| (\d+)-(\d+) \|$", proc.stdout, flags=re.M)
-    assert [r[0] for r in rows] == ["as-source", "no-attention-dropout", "no-dropout"], proc.stdout
+    assert [r[0] for r in rows] == ["as-source", "as-source-torch-masks", "no-attention-dropout", "no-dropout"], \
+        proc.stdout
     assert all(int(lo) <= int(tps) <= int(hi) for _, tps, lo, hi in rows)
+    masks = re.findall(r"^\| (hidden states|attention probabilities) [^|]+ \| (torch|threshold) \| ([\d.]+) \| "
+                       r"([\d.]+)-([\d.]+) \|$", proc.stdout, flags=re.M)
+    assert sorted((m[0], m[1]) for m in masks) == [("attention probabilities", "threshold"),
+                                                   ("attention probabilities", "torch"),
+                                                   ("hidden states", "threshold"), ("hidden states", "torch")]
+    assert all(float(lo) <= float(ms) <= float(hi) for *_, ms, lo, hi in masks)
 
 
 def test_dropout_variants_change_only_dropout():

@@ -122,6 +122,101 @@ def test_sdpa_equals_eager_and_attentions_are_returned(source, tok):
     assert torch.all(probs[1, :, :, 8:] < 1e-6) and torch.allclose(probs.sum(-1), torch.ones(()))
 
 
+@pytest.mark.parametrize("p", [0.1, 0.5])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_threshold_dropout_keeps_at_its_rate_scales_to_the_mean_and_repeats_under_a_seed(p, dtype):
+    from modeling_xpt.modeling_xpt import XPTDropout
+
+    dropout = XPTDropout(p).train()
+    x = torch.full((1000, 1000), 2.0, dtype=dtype, requires_grad=True)
+    torch.manual_seed(0)
+    out = dropout(x)
+    keep = out != 0
+    q = 1 - round(p * 65536) / 65536
+    assert abs(keep.float().mean().item() - q) < 5 * (q * (1 - q) / keep.numel()) ** 0.5
+    torch.testing.assert_close(out[keep], torch.full_like(out[keep], 2.0 / q))  # kept elements scaled by 1/q
+    assert out.dtype == dtype and out.shape == x.shape
+    out.float().sum().backward()
+    torch.testing.assert_close(x.grad, out.detach() / 2.0)  # d out / d x = keep / q
+    torch.manual_seed(0)
+    torch.testing.assert_close(dropout(x), out)  # the same seed, the same mask
+    assert not torch.equal(dropout(x) != 0, keep)  # the next draw differs
+    torch.manual_seed(1)
+    rows_kept = (dropout(x) != 0).float().mean(1)  # no pattern along the flattened order
+    assert rows_kept.min() > q - 0.1 and rows_kept.max() < q + 0.1
+    dropout.threshold_mask = False  # torch's own dropout, drawn the same way as nn.Dropout
+    torch.manual_seed(2)
+    reference = torch.nn.Dropout(p).train()(x)
+    torch.manual_seed(2)
+    torch.testing.assert_close(dropout(x), reference)
+    assert torch.equal(dropout.eval()(x), x)
+
+
+def test_attention_dropout_with_threshold_mask_is_dropout_of_the_softmax(source, tok):
+    """Training on CPU, attention runs the explicit fp32 path with the threshold mask: its output is
+    dropout(softmax(Q K^T / sqrt(d) + mask)) V with the mask drawn from the same seed, computed here
+    the plain way; torch's mask (threshold_mask off) runs SDPA instead, and without dropout the two
+    paths give the same output."""
+    model = from_source(source, tok).train()
+    attention = model.xpt.encoder.ordered_layers()[0].attention.self
+    attention.dropout.p = 0.1
+    config = model.config
+    ids, mask, _ = random_batch(config)
+    from modeling_xpt.modeling_xpt import expand_attention_mask
+
+    block = expand_attention_mask(mask)
+    hidden = torch.randn(ids.shape[0], ids.shape[1], config.hidden_size)
+    torch.manual_seed(3)
+    out, probs = attention(hidden, block)
+    heads, d = config.num_attention_heads, config.hidden_size // config.num_attention_heads
+    q, k, v = (proj(hidden).view(*ids.shape, heads, d).transpose(1, 2)
+               for proj in (attention.query, attention.key, attention.value))
+    scores = (q @ k.transpose(-1, -2) / d ** 0.5).masked_fill(~block, float("-inf"))
+    expected_probs = scores.softmax(-1)
+    torch.manual_seed(3)
+    keep, scale = attention.dropout.keep_mask(expected_probs)
+    expected = ((expected_probs * keep * scale) @ v).transpose(1, 2).reshape(*ids.shape, -1)
+    torch.testing.assert_close(probs, expected_probs, atol=1e-6, rtol=1e-5)  # returned before dropout
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    attention.dropout.threshold_mask = False
+    assert attention(hidden, block)[1] is None  # SDPA
+    attention.dropout.p = 0.0
+    sdpa = attention(hidden, block)[0]
+    attention.dropout.threshold_mask, attention.dropout.p = True, 1e-9  # explicit path, nothing dropped
+    torch.testing.assert_close(attention(hidden, block)[0], sdpa, atol=1e-5, rtol=1e-5)
+
+
+def test_threshold_masks_give_the_gradients_of_torch_masks_in_expectation():
+    """Over 300 dropout draws each, the whole model's mean gradient with threshold masks (explicit
+    attention path) and with torch's masks (SDPA) agree within Monte-Carlo error, parameter by
+    parameter, and so do their variances: the same estimator, drawn more cheaply."""
+    torch.manual_seed(0)
+    config = XPTConfig(vocab_size=200, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                       intermediate_size=128, max_position_embeddings=64, mask_token_id=3)
+    model = XPTForMaskedLM(config).train()
+    ids = torch.randint(4, 200, (4, 24))
+    labels = ids.masked_fill(torch.arange(24) % 3 == 0, -100)
+    segment = torch.tensor([0] * 7 + [1] * 9 + [2] * 8)
+    block = (segment[:, None] == segment[None, :])[None].expand(4, 24, 24)
+
+    def gradients(threshold: bool, draws: int = 300) -> torch.Tensor:
+        for module in model.modules():
+            if hasattr(module, "threshold_mask"):
+                module.threshold_mask = threshold
+        rows = []
+        for _ in range(draws):
+            model.zero_grad()
+            model(input_ids=ids, attention_mask=block, labels=labels).loss.backward()
+            rows.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+        return torch.stack(rows)
+
+    threshold, reference = gradients(True), gradients(False)
+    z = (threshold.mean(0) - reference.mean(0)) / ((threshold.var(0) + reference.var(0)) / 300).sqrt().clamp_min(1e-12)
+    assert 0.7 < z.abs().mean() < 0.9  # |N(0, 1)| has mean 0.80: no bias beyond sampling error
+    assert (z.abs() > 4).float().mean() < 1e-3
+    assert 0.95 < threshold.var(0).sum() / reference.var(0).sum() < 1.05
+
+
 def test_padding_does_not_change_real_tokens(source, tok):
     model = from_source(source, tok).eval()
     alone = tok(TEXTS[1], return_tensors="pt")

@@ -23,7 +23,7 @@ from tests.conftest import KOREAN_SENTENCES, REPO_ROOT
 from tests.model_factories import tiny_source, word_tokenizer
 from training import post_train
 from training.checkpointing import latest_checkpoint, list_checkpoints, save_checkpoint
-from training.config import ConfigError, config_from_dict, load_config, validate_config
+from training.config import ConfigError, PostTrainConfig, config_from_dict, load_config, validate_config
 from training.intrinsic import MetricSums, masked_lm_metrics
 from training.mlm_data import BatchSchedule, Masker, collate, load_text_splits, row_rng
 
@@ -971,6 +971,40 @@ def test_speed_settings_auto_and_explicit(monkeypatch):
         validate_config(config_from_dict({"source": "x", "data": "y", "compile": "sometimes"}), check_data=False)
     with pytest.raises(ConfigError, match="`attn_implementation`"):
         validate_config(config_from_dict({"source": "x", "data": "y", "attn_implementation": "flash"}), check_data=False)
+    assert long_bf16.dropout_mask == off.dropout_mask == "threshold"  # auto
+    torch_mask = step.resolve_speed(PostTrainConfig(dropout_mask="torch"), "cpu")
+    assert torch_mask.dropout_mask == "torch" and "dropout_mask=torch" in step.describe_speed(torch_mask, "cpu")
+    with pytest.raises(ConfigError, match="`dropout_mask`"):
+        validate_config(config_from_dict({"source": "x", "data": "y", "dropout_mask": "fast"}), check_data=False)
+
+
+def test_post_training_dropout_and_mask_switches_reach_the_right_modules(tiny):
+    """set_dropout sets attention-probability and hidden dropouts apart; use_dropout_mask switches every
+    XPTDropout (embeddings, attention, residual outputs) and leaves stock modules alone."""
+    from transformers import AutoTokenizer
+
+    from modeling_xpt import to_stock
+    from modeling_xpt.modeling_xpt import XPTDropout, XPTSelfAttention
+    from training.step import use_dropout_mask
+
+    source, tok_dir = tiny["bert"]
+    model = PostTrainConfig(method="xpt").method_entry().build(str(source), AutoTokenizer.from_pretrained(str(tok_dir)))
+    attention = [m.dropout for m in model.modules() if isinstance(m, XPTSelfAttention)]
+    others = [m for m in model.modules() if isinstance(m, torch.nn.Dropout) and all(m is not a for a in attention)]
+    assert len(attention) == model.config.num_total_layers and len(others) == 1 + 2 * len(attention)
+    post_train.set_dropout(model, 0.0, 0.3)
+    assert {m.p for m in attention} == {0.3} and {m.p for m in others} == {0.0}
+    post_train.set_dropout(model, None, 0.2)
+    assert {m.p for m in attention} == {0.2} and {m.p for m in others} == {0.0}
+    dropouts = [m for m in model.modules() if isinstance(m, XPTDropout)]
+    assert len(dropouts) == len(attention) + len(others)
+    use_dropout_mask(model, "torch")
+    assert not any(m.threshold_mask for m in dropouts)
+    use_dropout_mask(model, "threshold")
+    assert all(m.threshold_mask for m in dropouts)
+    stock = to_stock(model)
+    use_dropout_mask(stock, "torch")  # no XPTDropout inside: nothing to switch, nothing breaks
+    assert not any(hasattr(m, "threshold_mask") for m in stock.modules())
 
 
 def test_frequency_baseline_scores_tokens_by_their_train_frequency(tiny):

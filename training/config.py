@@ -33,6 +33,7 @@ SCHEDULES = ("linear", "cosine", "constant")
 MIXED_PRECISION = ("auto", "no", "fp16", "bf16")
 AUTO_BOOL = ("auto", True, False)
 ATTENTION = ("auto", "sdpa", "eager")
+DROPOUT_MASKS = ("auto", "threshold", "torch")
 
 
 class ConfigError(UserError):
@@ -143,8 +144,11 @@ class PostTrainConfig:
     fused_adamw: str | bool = arg("auto", "AdamW(fused=True); auto: on")
     static_masked_head: str | bool = arg("auto", "LM head on a static number of rows (no recompiles); auto: when compiling")
     attn_implementation: str = arg("auto", "sdpa | eager attention while post-training (the same function; the saved model "
-                                   "loads with sdpa); auto: sdpa. eager is faster on CPU but computes attention in "
-                                   "bf16 under bf16 autocast (docs/BENCHMARKS.md)")
+                                   "loads with sdpa); auto: sdpa. eager computes softmax(QK^T)V explicitly in fp32, "
+                                   "as SDPA's math path does")
+    dropout_mask: str = arg("auto", "threshold | torch: how dropout masks are drawn on CPU (threshold: 16-bit numbers "
+                            "compared with round(p * 2^16), a third of the cost of torch's Bernoulli draws; torch: "
+                            "torch's dropout); auto: threshold. Other devices always use torch's dropout")
     seed: int = arg(42, "seed of the batch order, the masks and the initialisation")
     eval_seed: int = arg(1234, "fixed masking of valid/test, comparable across runs and methods")
     # --- bookkeeping -------------------------------------------------------------------------
@@ -420,6 +424,8 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
             raise ConfigError(name, f"{getattr(c, name)!r} is not one of auto, true, false")
     if c.attn_implementation not in ATTENTION:
         raise ConfigError("attn_implementation", f"{c.attn_implementation!r} is not one of {ATTENTION}")
+    if c.dropout_mask not in DROPOUT_MASKS:
+        raise ConfigError("dropout_mask", f"{c.dropout_mask!r} is not one of {DROPOUT_MASKS}")
     if c.lr_schedule not in SCHEDULES:
         raise ConfigError("lr_schedule", f"{c.lr_schedule!r} is not one of {SCHEDULES}")
     for name in ("train_steps", "global_batch_size", "max_seq_length", "eval_steps", "save_steps", "logging_steps",

@@ -79,6 +79,7 @@ from transformers.modeling_outputs import MaskedLMOutput  # noqa: E402
 
 from cards.push import PushError, push_to_hub  # noqa: E402
 from modeling_xpt import save_tokenizer  # noqa: E402
+from modeling_xpt.modeling_xpt import XPTSelfAttention  # noqa: E402
 from modeling_xpt.tokenizer_files import recorded_language  # noqa: E402
 from tokenization.errors import UserError, report_error  # noqa: E402
 from tokenization.train_tokenizer import train_tokenizer  # noqa: E402
@@ -128,6 +129,7 @@ from training.step import (  # noqa: E402
     resolve_speed,
     training_step,
     use_attention,
+    use_dropout_mask,
     weight_decay_groups,
 )
 
@@ -171,14 +173,16 @@ def build_optimizer(model, phase, config: PostTrainConfig, fused: bool = False):
 
 
 def set_dropout(model: torch.nn.Module, hidden: float | None, attention: float | None) -> None:
-    """Set the hidden-state dropouts (`nn.Dropout`) and attention-probability dropouts (`dropout_prob`
-    of the attention modules) of `model`; None leaves that kind as it is. For this run only:
-    `model.config` keeps the source's values, which the saved config.json carries to fine-tuning."""
+    """Set the attention-probability dropouts (the `dropout` of XPT's self-attention modules) to
+    `attention` and every other dropout of `model` to `hidden`; None leaves that kind as it is. For
+    this run only: `model.config` keeps the source's values, which the saved config.json carries to
+    fine-tuning."""
+    attention_dropouts = {id(m.dropout) for m in model.modules() if isinstance(m, XPTSelfAttention)}
     for module in model.modules():
-        if hidden is not None and isinstance(module, torch.nn.Dropout):
-            module.p = hidden
-        if attention is not None and hasattr(module, "dropout_prob"):
-            module.dropout_prob = attention
+        if isinstance(module, torch.nn.Dropout):
+            value = attention if id(module) in attention_dropouts else hidden
+            if value is not None:
+                module.p = value
 
 
 @dataclass
@@ -524,6 +528,7 @@ def prepare_run(config: PostTrainConfig, accelerator: Accelerator, speed: SpeedS
     if config.post_training_dropout is not None:
         set_dropout(model, config.post_training_dropout, config.post_training_dropout)
     use_attention(model, speed.attention)
+    use_dropout_mask(model, speed.dropout_mask)
     if not hasattr(model, "conversion_report"):
         model.conversion_report = {}
     # the module that trains: the MLM model, or the MLM model plus the auxiliary WOP head
@@ -727,7 +732,8 @@ def write_outputs(run: Run, state: RunState) -> RunRecord:
     run.add_wall_time(state)
     info = hardware(accelerator)
     info["speed"] = {"compile": run.speed.compile, "fused_adamw": run.speed.fused_adamw,
-                     "static_masked_head": run.speed.masked_capacity, "attention": run.speed.attention}
+                     "static_masked_head": run.speed.masked_capacity, "attention": run.speed.attention,
+                     "dropout_mask": run.speed.dropout_mask}
     if accelerator.num_processes > 1:  # every rank must hold the same weights (the DDP phase-boundary trap would break this)
         checksum = torch.stack([p.detach().double().sum() for p in model.parameters()]).to(accelerator.device)
         gathered = accelerator.gather(checksum[None]).cpu()

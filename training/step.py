@@ -6,8 +6,8 @@ token mean, backward, gradient clipping, optimiser and scheduler step, zero_grad
 summed masked-token loss as a device tensor, so a caller that does not log pays no host sync.
 
 `resolve_speed(config, device)` turns the config's "auto" speed fields into concrete choices
-(mixed precision, torch.compile, fused AdamW, static masked-head capacity, attention implementation)
-per kind of device; `use_attention` applies the last to a model; `describe_speed` is the one log
+(mixed precision, torch.compile, fused AdamW, static masked-head capacity, attention implementation,
+dropout mask) per kind of device; `use_attention` and `use_dropout_mask` apply the last two to a model; `describe_speed` is the one log
 line that says what was chosen.
 """
 from __future__ import annotations
@@ -52,6 +52,7 @@ class SpeedSettings:
     fused_adamw: bool  # torch.optim.AdamW(fused=True)
     masked_capacity: bool  # LM head on a static number of rows (no data-dependent shapes, no host sync)
     attention: str = "sdpa"  # sdpa | eager: the attention implementation the model trains with
+    dropout_mask: str = "threshold"  # threshold | torch: how XPT's dropout draws its masks on CPU
 
 
 def _auto_bool(value, default: bool) -> bool:
@@ -75,10 +76,10 @@ def resolve_speed(config, device: str, planned_steps: int | None = None) -> Spee
     - fused AdamW: on (CPU and CUDA both have the kernel).
     - masked capacity: on whenever compiling (a static LM-head shape avoids recompiles); eager keeps
       the exact-size selection, which costs nothing there.
-    - attention: sdpa. Eager attention (the explicit softmax(QK^T)V) trains 4-23% faster on a 2-core
-      CPU, but under bf16 autocast it rounds the scores and probabilities to bf16, where both SDPA CPU
-      paths compute them in fp32 (about twice the error against fp32), and in the two runs compared
-      it learned less; so it is an explicit choice only.
+    - attention: sdpa. While training with attention dropout on CPU, XPT's attention computes SDPA's
+      math path itself (the path SDPA takes on CPU whenever dropout is on), with the threshold mask.
+    - dropout mask: threshold (`XPTDropout`: a third of the cost of torch's Bernoulli draws on CPU,
+      which took a fifth of the bf16 step); it only changes how CPU masks are drawn.
     """
     mixed = config.mixed_precision
     if mixed == "auto":
@@ -92,7 +93,8 @@ def resolve_speed(config, device: str, planned_steps: int | None = None) -> Spee
     attention = config.attn_implementation
     if attention == "auto":
         attention = "sdpa"
-    return SpeedSettings(mixed, compile_on, fused, capacity, attention)
+    dropout_mask = "threshold" if config.dropout_mask == "auto" else config.dropout_mask
+    return SpeedSettings(mixed, compile_on, fused, capacity, attention, dropout_mask)
 
 
 def use_attention(model: torch.nn.Module, implementation: str) -> None:
@@ -106,6 +108,14 @@ def use_attention(model: torch.nn.Module, implementation: str) -> None:
     model.config._attn_implementation = implementation
 
 
+def use_dropout_mask(model: torch.nn.Module, kind: str) -> None:
+    """Draw XPT's dropout masks with `kind` ("threshold" or "torch", see `XPTDropout`) on CPU. Modules
+    without the switch (stock models, task heads of other libraries) are left as they are."""
+    for module in model.modules():
+        if hasattr(module, "threshold_mask"):
+            module.threshold_mask = kind == "threshold"
+
+
 # CPU compile policy for fp32 runs (measured on a 2-core AVX2 machine, docs/BENCHMARKS.md)
 COMPILE_MIN_CPU_TOKENS = 4_000_000
 
@@ -117,7 +127,8 @@ def describe_speed(settings: SpeedSettings, device: str) -> str:
     return (f"speed settings on {device}: mixed_precision={settings.mixed_precision}{bf16_note} "
             f"compile={'inductor' if settings.compile else 'off'} fused_adamw={settings.fused_adamw} "
             f"static_masked_head={settings.masked_capacity} attention={settings.attention} "
-            "(config fields mixed_precision, compile, fused_adamw, static_masked_head, attn_implementation)")
+            f"dropout_mask={settings.dropout_mask} (config fields mixed_precision, compile, fused_adamw, "
+            "static_masked_head, attn_implementation, dropout_mask)")
 
 
 def weight_decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
