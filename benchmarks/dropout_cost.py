@@ -30,11 +30,13 @@ import torch  # noqa: E402
 
 from benchmarks import throughput as tp  # noqa: E402
 
-VARIANTS = {  # name: (attention dropout, hidden dropout, mask); None keeps the source's value
-    "as-source": (None, None, "threshold"),
-    "as-source-torch-masks": (None, None, "torch"),
-    "no-attention-dropout": (0.0, None, "threshold"),
-    "no-dropout": (0.0, 0.0, "threshold"),
+VARIANTS = {  # name: (attention dropout, hidden dropout, mask, attention); None keeps the source's value / the default
+    "as-source": (None, None, "threshold", None),
+    "as-source-torch-masks": (None, None, "torch", None),
+    "as-source-sdpa": (None, None, "threshold", "sdpa"),
+    "no-attention-dropout": (0.0, None, "threshold", None),
+    "no-dropout": (0.0, 0.0, "threshold", None),
+    "no-dropout-sdpa": (0.0, 0.0, "threshold", "sdpa"),
 }
 
 
@@ -108,8 +110,9 @@ def main(argv=None) -> int:
     print("| --- | --- | ---: | --- |")
     for (name, kind), v in masks.items():
         print(f"| {name} | {kind} | {statistics.median(v):.2f} | {min(v):.2f}-{max(v):.2f} |")
-    for name, (attention, hidden, mask) in VARIANTS.items():
-        runner = tp.build_runner(replace(path, speed=replace(path.speed, dropout_mask=mask)),
+    for name, (attention, hidden, mask, implementation) in VARIANTS.items():
+        speed = replace(path.speed, dropout_mask=mask, attention=implementation or path.speed.attention)
+        runner = tp.build_runner(replace(path, speed=speed),
                                  without_dropout(model, attention, hidden), tokenizer, texts, args, workdir,
                                  accelerator, 8)
         runner.run(accelerator, 2, tokenizer.pad_token_id, len(tokenizer))  # warm-up

@@ -14,19 +14,20 @@ dropout on, one micro-batch of B rows x seq-len per step:
                 transformers' `DataCollatorForLanguageModeling` (15%), dense LM head and cross-entropy
                 inside the model; fp32 eager, SDPA attention (transformers' default), AdamW(fused=True)
                 (the Trainer default on torch >= 2.8).
-  stock-best    the same with XPT's best precision, compile and attention settings.
+  stock-best    the same with XPT's best precision and compile settings (attention stays SDPA: transformers'
+                eager attention computes in bf16 under autocast, and was slower).
   xpt           XPT as `post_train.py` runs it by default for a long run on this device
                 (`training.step.resolve_speed`: bf16 autocast where the hardware has it; compile on CUDA
-                and on fp32 CPUs, eager under bf16 on CPU; SDPA attention, which XPT computes itself on CPU
-                while dropout is on; threshold dropout masks): batches from `training/mlm_data.py`
+                and on fp32 CPUs, eager under bf16 on CPU; explicit fp32 attention on CPU, SDPA on CUDA;
+                threshold dropout masks on CPU): batches from `training/mlm_data.py`
                 (`build_token_rows` next-fit packing, exact-count `Masker`, `collate`'s block mask and
                 restarting positions, `TrainMicroBatches`), the model from `training/methods.py` (`xpt`),
                 the optimiser from `post_train.build_optimizer`.
   xpt-eager     XPT without compile, static head and fused AdamW (the step before these changes).
-  xpt-eager-fused, xpt-compiled, xpt-compiled-exact-head, xpt-compiled-foreach, xpt-fp32, xpt-attn-eager,
-  xpt-torch-dropout
+  xpt-eager-fused, xpt-compiled, xpt-compiled-exact-head, xpt-compiled-foreach, xpt-fp32, xpt-sdpa,
+  xpt-attn-eager, xpt-torch-dropout
                 one setting of `xpt` changed each, to measure it on its own (xpt-compiled: inductor with
-                the static head; xpt-fp32: no autocast; xpt-attn-eager: the explicit attention path;
+                the static head; xpt-fp32: no autocast; xpt-sdpa / xpt-attn-eager: that attention;
                 xpt-torch-dropout: torch's dropout masks instead of `XPTDropout`'s threshold masks).
 
 Measurement: each path is built and warmed up (`--warmup` steps, where compilation happens; the
@@ -110,7 +111,7 @@ def path_table(best: SpeedSettings) -> dict[str, Path_]:
     """Every path is `best` (what post_train.py picks here) with the settings its name says changed."""
     return {
         "stock-eager": Path_("stock-eager", True, SpeedSettings("no", False, True, False, "sdpa", "torch")),
-        "stock-best": Path_("stock-best", True, replace(best, fused_adamw=True, masked_capacity=False)),
+        "stock-best": Path_("stock-best", True, replace(best, fused_adamw=True, masked_capacity=False, attention="sdpa")),
         "xpt": Path_("xpt", False, best),
         "xpt-eager": Path_("xpt-eager", False, replace(best, compile=False, fused_adamw=False, masked_capacity=False)),
         "xpt-eager-fused": Path_("xpt-eager-fused", False, replace(best, compile=False, masked_capacity=False)),
@@ -120,6 +121,7 @@ def path_table(best: SpeedSettings) -> dict[str, Path_]:
                                       replace(best, compile=True, fused_adamw=False, masked_capacity=True)),
         "xpt-compiled": Path_("xpt-compiled", False, replace(best, compile=True, masked_capacity=True)),
         "xpt-fp32": Path_("xpt-fp32", False, replace(best, mixed_precision="no")),
+        "xpt-sdpa": Path_("xpt-sdpa", False, replace(best, attention="sdpa")),
         "xpt-attn-eager": Path_("xpt-attn-eager", False, replace(best, attention="eager")),
         "xpt-torch-dropout": Path_("xpt-torch-dropout", False, replace(best, dropout_mask="torch")),
     }
@@ -379,7 +381,7 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per path (compilation happens here)")
     p.add_argument("--paths", nargs="+", default=list(DEFAULT_PATHS),
                    help="of: stock-eager stock-best xpt xpt-eager xpt-eager-fused xpt-compiled "
-                        "xpt-compiled-exact-head xpt-compiled-foreach xpt-fp32 xpt-attn-eager xpt-torch-dropout")
+                        "xpt-compiled-exact-head xpt-compiled-foreach xpt-fp32 xpt-sdpa xpt-attn-eager xpt-torch-dropout")
     p.add_argument("--compile", choices=("auto", "true", "false"), default="auto",
                    help="compile setting of the best (xpt, stock-best) paths; auto: what post_train.py picks "
                         "for a long run on this device")

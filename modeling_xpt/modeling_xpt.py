@@ -71,7 +71,7 @@ class XPTDropout(nn.Dropout):
 
     Hand-written because torch's CPU dropout samples one Bernoulli variable per element
     (`bernoulli_`), which took a fifth of the post-training step on a 2-core CPU; this mask costs a
-    third of that (docs/BENCHMARKS.md, "Dropout masks"). On other devices, with `threshold_mask = False`
+    third of that (docs/BENCHMARKS.md, "Threshold dropout masks"). On other devices, with `threshold_mask = False`
     (`training.step.use_dropout_mask`), `inplace` or p outside (0, 1), it is `nn.Dropout`. The numbers
     come from torch's default generator, so `torch.manual_seed` makes them reproducible. Under
     `torch.compile` it is `nn.Dropout` too: Dynamo cannot trace `random_`, and inductor draws its own
@@ -127,12 +127,12 @@ class XPTEmbeddings(nn.Module):
 class XPTSelfAttention(nn.Module):
     """Multi-head self-attention: softmax(Q K^T / sqrt(d_head) + mask) V, with dropout on the probabilities.
 
-    SDPA by default. The explicit path (`attn_implementation="eager"`, `output_attentions=True`, or
-    training on CPU with attention dropout and `XPTDropout`'s threshold mask) computes what SDPA's
-    math path computes, in the same precision (scores, softmax and P V in fp32, the result cast back),
-    and returns the probabilities (before dropout). On CPU SDPA takes its math path whenever dropout
-    is on; the explicit one is that computation with the cheaper mask, the mask added in place as a
-    bias and the dropout scale 1 / q applied to the product P V, a quarter of P's size.
+    SDPA by default. The explicit path (`attn_implementation="eager"`, or `output_attentions=True`)
+    computes what SDPA's math path computes, in the same precision (scores, softmax and P V in fp32,
+    the result cast back), and returns the probabilities (before dropout). With `XPTDropout`'s
+    threshold mask it adds the mask in place as a bias and applies the dropout scale 1 / q to the
+    product P V, a quarter of P's size. Post-training on CPU uses it: it trained 1.2x faster than
+    SDPA there, with dropout and without (docs/BENCHMARKS.md).
     """
 
     def __init__(self, config: XPTConfig):
@@ -151,7 +151,7 @@ class XPTSelfAttention(nn.Module):
             proj(hidden_states).view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
             for proj in (self.query, self.key, self.value)
         )
-        if output_attentions or self.config._attn_implementation == "eager" or self.dropout.uses_threshold_mask(q):
+        if output_attentions or self.config._attn_implementation == "eager":
             with torch.autocast(q.device.type, enabled=False):  # fp32, as SDPA's math path
                 scores = torch.matmul(q.float() * self.head_dim**-0.5, k.float().transpose(-1, -2))
                 if attention_mask is not None:

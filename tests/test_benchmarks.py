@@ -27,15 +27,15 @@ def test_cli_tiny_cpu_smoke(tmp_path):
     out = tmp_path / "result.json"
     cmd = [sys.executable, "benchmarks/throughput.py", "--device", "cpu", "--size", "tiny", "--rounds", "2",
            "--steps-per-round", "1", "--warmup", "1", "--num-texts", "400", "--compile", "false",
-           "--paths", "stock-eager", "stock-best", "xpt", "xpt-eager", "xpt-attn-eager", "--json", str(out)]
+           "--paths", "stock-eager", "stock-best", "xpt", "xpt-eager", "xpt-sdpa", "--json", str(out)]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     rows = {m["path"]: m for m in map(ROW.match, lines) if m}
-    assert sorted(rows) == ["stock-best", "stock-eager", "xpt", "xpt-attn-eager", "xpt-eager"], proc.stdout
-    # the attention each path ran with, as the table states it (sdpa unless the path says)
-    assert all("sdpa attention" in rows[p]["settings"] for p in ("stock-eager", "stock-best", "xpt"))
-    assert "eager attention" in rows["xpt-attn-eager"]["settings"]
+    assert sorted(rows) == ["stock-best", "stock-eager", "xpt", "xpt-eager", "xpt-sdpa"], proc.stdout
+    # the attention each path ran with, as the table states it: stock SDPA, XPT's explicit path on CPU
+    assert all("sdpa attention" in rows[p]["settings"] for p in ("stock-eager", "stock-best", "xpt-sdpa"))
+    assert "eager attention" in rows["xpt"]["settings"]
     for row in rows.values():
         assert int(row["lo"]) <= int(row["tps"]) <= int(row["hi"]), row.group(0)
         assert row["recompiled"] == "0"
@@ -117,8 +117,8 @@ def test_dropout_cost_cli_tiny_cpu_smoke():
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = re.findall(r"^\| ([a-z-]+) \| (\d+) \| (\d+)-(\d+) \|$", proc.stdout, flags=re.M)
-    assert [r[0] for r in rows] == ["as-source", "as-source-torch-masks", "no-attention-dropout", "no-dropout"], \
-        proc.stdout
+    assert [r[0] for r in rows] == ["as-source", "as-source-torch-masks", "as-source-sdpa", "no-attention-dropout",
+                                    "no-dropout", "no-dropout-sdpa"], proc.stdout
     assert all(int(lo) <= int(tps) <= int(hi) for _, tps, lo, hi in rows)
     masks = re.findall(r"^\| (hidden states|attention probabilities) [^|]+ \| (torch|threshold) \| ([\d.]+) \| "
                        r"([\d.]+)-([\d.]+) \|$", proc.stdout, flags=re.M)

@@ -153,11 +153,11 @@ def test_threshold_dropout_keeps_at_its_rate_scales_to_the_mean_and_repeats_unde
 
 
 def test_attention_dropout_with_threshold_mask_is_dropout_of_the_softmax(source, tok):
-    """Training on CPU, attention runs the explicit fp32 path with the threshold mask: its output is
+    """Training on CPU, the explicit fp32 attention path with the threshold mask outputs
     dropout(softmax(Q K^T / sqrt(d) + mask)) V with the mask drawn from the same seed, computed here
-    the plain way; torch's mask (threshold_mask off) runs SDPA instead, and without dropout the two
-    paths give the same output."""
-    model = from_source(source, tok).train()
+    the plain way; with torch's masks it is the same computation with torch's dropout; SDPA returns
+    no probabilities, and without dropout it gives the explicit path's output."""
+    model = from_source(source, tok, attn_implementation="eager").train()
     attention = model.xpt.encoder.ordered_layers()[0].attention.self
     attention.dropout.p = 0.1
     config = model.config
@@ -179,11 +179,16 @@ def test_attention_dropout_with_threshold_mask_is_dropout_of_the_softmax(source,
     torch.testing.assert_close(probs, expected_probs, atol=1e-6, rtol=1e-5)  # returned before dropout
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
     attention.dropout.threshold_mask = False
-    assert attention(hidden, block)[1] is None  # SDPA
-    attention.dropout.p = 0.0
-    sdpa = attention(hidden, block)[0]
-    attention.dropout.threshold_mask, attention.dropout.p = True, 1e-9  # explicit path, nothing dropped
-    torch.testing.assert_close(attention(hidden, block)[0], sdpa, atol=1e-5, rtol=1e-5)
+    torch.manual_seed(3)
+    reference = torch.nn.functional.dropout(expected_probs, 0.1)
+    torch.manual_seed(3)
+    out, probs = attention(hidden, block)
+    torch.testing.assert_close(out, (reference @ v).transpose(1, 2).reshape(*ids.shape, -1), atol=1e-5, rtol=1e-5)
+    explicit_without_dropout = attention.eval()(hidden, block)[0]
+    model.config._attn_implementation = "sdpa"
+    sdpa, sdpa_probs = attention(hidden, block)
+    assert sdpa_probs is None
+    torch.testing.assert_close(sdpa, explicit_without_dropout, atol=1e-5, rtol=1e-5)
 
 
 def test_threshold_masks_give_the_gradients_of_torch_masks_in_expectation():

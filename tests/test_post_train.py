@@ -964,9 +964,9 @@ def test_speed_settings_auto_and_explicit(monkeypatch):
                                              static_masked_head=False), "cuda")
     assert (off.mixed_precision, off.compile, off.fused_adamw, off.masked_capacity) == ("no", False, False, False)
     assert "compile=off" in step.describe_speed(off, "cuda")
-    assert (long_bf16.attention, off.attention) == ("sdpa", "sdpa")  # auto: sdpa on every device
-    eager = step.resolve_speed(PostTrainConfig(attn_implementation="eager"), "cpu")
-    assert eager.attention == "eager" and "attention=eager" in step.describe_speed(eager, "cpu")
+    assert (long_bf16.attention, off.attention) == ("eager", "sdpa")  # auto: the explicit path on CPU, SDPA on CUDA
+    sdpa = step.resolve_speed(PostTrainConfig(attn_implementation="sdpa"), "cpu")
+    assert sdpa.attention == "sdpa" and "attention=sdpa" in step.describe_speed(sdpa, "cpu")
     with pytest.raises(ConfigError, match="`compile`"):
         validate_config(config_from_dict({"source": "x", "data": "y", "compile": "sometimes"}), check_data=False)
     with pytest.raises(ConfigError, match="`attn_implementation`"):

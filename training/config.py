@@ -144,8 +144,8 @@ class PostTrainConfig:
     fused_adamw: str | bool = arg("auto", "AdamW(fused=True); auto: on")
     static_masked_head: str | bool = arg("auto", "LM head on a static number of rows (no recompiles); auto: when compiling")
     attn_implementation: str = arg("auto", "sdpa | eager attention while post-training (the same function; the saved model "
-                                   "loads with sdpa); auto: sdpa. eager computes softmax(QK^T)V explicitly in fp32, "
-                                   "as SDPA's math path does")
+                                   "loads with sdpa); auto: eager on CPU (softmax(QK^T)V computed explicitly in fp32, as "
+                                   "SDPA's math path does, and faster to train there), sdpa on CUDA")
     dropout_mask: str = arg("auto", "threshold | torch: how dropout masks are drawn on CPU (threshold: 16-bit numbers "
                             "compared with round(p * 2^16), a third of the cost of torch's Bernoulli draws; torch: "
                             "torch's dropout); auto: threshold. Other devices always use torch's dropout")
