@@ -1,10 +1,10 @@
 """Per-sentence attention of packed rows: SDPA with the dense block mask vs FlexAttention's block mask.
 
     python benchmarks/attention.py [--device cpu|cuda] [--batch-size 16] [--seq-len 128] [--heads 12]
-        [--head-dim 32] [--mean-sentence 30] [--rounds 7] [--steps-per-round 5]
+        [--head-dim 32] [--mean-sentence 30] [--dropout 0.0] [--rounds 7] [--steps-per-round 5]
 
-Forward + backward of one attention call (q, k, v of shape B x heads x T x head-dim, fp32 on cpu,
-bf16 on cuda) on packed rows of random sentence lengths (mean `--mean-sentence` tokens, rows
+Forward + backward of one attention call (q, k, v of shape B x heads x T x head-dim; `--dtype`,
+default fp32 on cpu and bf16 on cuda) on packed rows of random sentence lengths (mean `--mean-sentence` tokens, rows
 filled next-fit like `training/mlm_data.py`, padding at row ends):
 
   sdpa-dense          `F.scaled_dot_product_attention` with the (B, 1, T, T) boolean mask that
@@ -14,18 +14,34 @@ filled next-fit like `training/mlm_data.py`, padding at row ends):
                       the segment ids inside the compiled function (no dense mask materialised);
                       torch 2.13 has no FlexAttention backward on CPU, so there the row says so
   sdpa-no-mask        unmasked SDPA (wrong for packed rows): the floor, what the mask costs
+  xpt-explicit        the model's `explicit_attention` (fp32 scores and probabilities, the mask as an
+                      in-place bias) with `XPTDropout`'s threshold masks on CPU
+  xpt-explicit-torch-masks  the same with torch's dropout
 
-Checks that the outputs agree, then runs the paths interleaved in rounds; prints the median ms per
-call and the min-max over rounds.
+`--dropout p` applies attention dropout in every path that has it (SDPA's `dropout_p`, the explicit
+paths' `XPTDropout`); FlexAttention has none and is left out then. Without dropout the outputs are
+checked against sdpa-dense. The paths then run interleaved in rounds whose order rotates; prints
+the median ms per call and the min-max over rounds.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
+import sys
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks.throughput import rotated  # noqa: E402
+from modeling_xpt.modeling_xpt import XPTDropout, explicit_attention  # noqa: E402
 
 
 def packed_segments(batch: int, length: int, mean: int, seed: int) -> torch.Tensor:
@@ -50,13 +66,16 @@ def main(argv=None) -> int:
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--head-dim", type=int, default=32)
     p.add_argument("--mean-sentence", type=int, default=30)
+    p.add_argument("--dropout", type=float, default=0.0, help="attention dropout in every path that has it")
+    p.add_argument("--dtype", choices=("fp32", "bf16"), default=None,
+                   help="of q, k, v (default: bf16 on cuda, fp32 on cpu; bf16 is what a bf16-autocast step feeds it)")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--steps-per-round", type=int, default=5)
     args = p.parse_args(argv)
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     device = torch.device(args.device)
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype or ("bf16" if device.type == "cuda" else "fp32")]
     b, h, t, d = args.batch_size, args.heads, args.seq_len, args.head_dim
     seg = packed_segments(b, t, args.mean_sentence, 0).to(device)
     dense = ((seg[:, :, None] == seg[:, None, :]) & (seg[:, :, None] >= 0))[:, None]
@@ -67,7 +86,7 @@ def main(argv=None) -> int:
     def sdpa(q, k, v, seg):
         mask = ((seg[:, :, None] == seg[:, None, :]) & (seg[:, :, None] >= 0))[:, None]
         mask = mask | torch.eye(seg.shape[1], dtype=torch.bool, device=seg.device)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=args.dropout)
 
     def flex(q, k, v, seg):
         def same(bi, hi, qi, ki):
@@ -77,10 +96,20 @@ def main(argv=None) -> int:
         return flex_attention(q, k, v, block_mask=block)
 
     def unmasked(q, k, v, seg):
-        return F.scaled_dot_product_attention(q, k, v)
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=args.dropout)
+
+    threshold, torch_masks = XPTDropout(args.dropout).train(), XPTDropout(args.dropout).train()
+    torch_masks.threshold_mask = False
+
+    def explicit(dropout):
+        return lambda q, k, v, seg: explicit_attention(q, k, v, dense, dropout)[0]
 
     paths = {"sdpa-dense": sdpa, "sdpa-dense-compiled": torch.compile(sdpa), "flex-blockmask": torch.compile(flex),
-             "sdpa-no-mask": unmasked}
+             "sdpa-no-mask": unmasked, "xpt-explicit": explicit(threshold),
+             "xpt-explicit-torch-masks": explicit(torch_masks)}
+    if args.dropout > 0:
+        del paths["flex-blockmask"]
+        print("flex-blockmask: left out (FlexAttention has no dropout)", flush=True)
     reference = F.scaled_dot_product_attention(q, k, v, attn_mask=dense)
     first, unsupported = {}, {}
     for name, fn in list(paths.items()):
@@ -94,11 +123,11 @@ def main(argv=None) -> int:
             print(f"{name}: not supported here: {unsupported[name]}", flush=True)
             continue
         first[name] = time.perf_counter() - t0
-        err = (out - reference).abs().max().item()
-        print(f"{name}: first call {first[name]:.1f}s, max |diff| to sdpa-dense {err:.2e}", flush=True)
+        err = f"{(out - reference).abs().max().item():.2e}" if args.dropout == 0 else "n/a (dropout)"
+        print(f"{name}: first call {first[name]:.1f}s, max |diff| to sdpa-dense {err}", flush=True)
     times = {name: [] for name in paths}
-    for _ in range(args.rounds):
-        for name, fn in paths.items():
+    for r in range(args.rounds):
+        for name, fn in rotated(list(paths.items()), r):
             if device.type == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
@@ -108,8 +137,10 @@ def main(argv=None) -> int:
                 torch.cuda.synchronize()
             times[name].append((time.perf_counter() - t0) / args.steps_per_round * 1e3)
     real = int((seg >= 0).sum())
-    print(f"# {args.device}, B {b} x heads {h} x T {t} x head-dim {d}, {real / (b * t):.1%} real tokens, "
-          f"{args.rounds} rounds x {args.steps_per_round} calls, {torch.get_num_threads()} threads")
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    print(f"# {args.device}, B {b} x heads {h} x T {t} x head-dim {d}, {real / (b * t):.1%} real tokens, dropout "
+          f"{args.dropout}, {str(dtype).removeprefix('torch.')}, {args.rounds} rounds x {args.steps_per_round} calls, {torch.get_num_threads()} threads, "
+          f"load average {load[0]:.2f}")
     print("| path | ms per forward+backward (median) | min-max | first call s |")
     print("| --- | ---: | --- | ---: |")
     for name, ts in times.items():

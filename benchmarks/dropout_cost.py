@@ -19,6 +19,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -42,8 +43,6 @@ VARIANTS = {  # name: (attention dropout, hidden dropout, mask, attention); None
 
 def mask_costs(shapes: dict[str, tuple[tuple[int, ...], torch.dtype]], rounds: int, reps: int = 5) -> dict:
     """Milliseconds of dropout forward + backward per shape and mask kind: {(shape name, kind): [ms per round]}."""
-    import time
-
     from modeling_xpt.modeling_xpt import XPTDropout
 
     kinds = {"torch": XPTDropout(0.1).train(), "threshold": XPTDropout(0.1).train()}

@@ -70,8 +70,8 @@ class XPTDropout(nn.Dropout):
     q = 1 - round(p * 2^16) / 2^16, 0.899994 for p = 0.1, and scaled by 1 / q, so E[output] = input).
 
     Hand-written because torch's CPU dropout samples one Bernoulli variable per element
-    (`bernoulli_`), which took a fifth of the post-training step on a 2-core CPU; this mask costs a
-    third of that (docs/BENCHMARKS.md, "Threshold dropout masks"). On other devices, with `threshold_mask = False`
+    (`bernoulli_`), which took a fifth of the post-training step on a 2-core CPU; this mask costs about
+    half of that, forward and backward (docs/BENCHMARKS.md, "Threshold dropout masks"). On other devices, with `threshold_mask = False`
     (`training.step.use_dropout_mask`), `inplace` or p outside (0, 1), it is `nn.Dropout`. The numbers
     come from torch's default generator, so `torch.manual_seed` makes them reproducible. Under
     `torch.compile` it is `nn.Dropout` too: Dynamo cannot trace `random_`, and inductor draws its own
@@ -84,12 +84,12 @@ class XPTDropout(nn.Dropout):
         return (self.training and self.threshold_mask and hidden_states.device.type == "cpu"
                 and 0 < self.p < 1 and not self.inplace and not torch.compiler.is_compiling())
 
-    def keep_mask(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, float]:
-        """(boolean mask of the kept elements, 1 / q) for a tensor of `hidden_states`' shape."""
+    def keep_mask(self, like: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """(boolean mask of the kept elements, 1 / q) for a tensor of `like`'s shape and device."""
         threshold = round(self.p * 65536)
-        count = hidden_states.numel()
-        draws = torch.empty((count + 3) // 4, dtype=torch.int64, device=hidden_states.device).random_(-(2**63), None)
-        keep = draws.view(torch.int16)[:count].view(hidden_states.shape) >= threshold - 32768
+        count = like.numel()
+        draws = torch.empty((count + 3) // 4, dtype=torch.int64, device=like.device).random_(-(2**63), None)
+        keep = draws.view(torch.int16)[:count].view(like.shape) >= threshold - 32768
         return keep, 65536 / (65536 - threshold)
 
     def forward(self, hidden_states):
@@ -124,15 +124,32 @@ class XPTEmbeddings(nn.Module):
         return self.dropout(self.LayerNorm(embeddings))
 
 
+def explicit_attention(q, k, v, attention_mask, dropout: XPTDropout) -> tuple[torch.Tensor, torch.Tensor]:
+    """dropout(softmax(Q K^T / sqrt(d_head) + mask)) V computed as SDPA's math path computes it: scores,
+    softmax and P V in fp32 (autocast off), the context cast back to q's dtype. The boolean mask is
+    added in place as a bias; with `XPTDropout`'s threshold mask the 1 / q goes on P V, a quarter of
+    P's size. Returns (context, probabilities before dropout)."""
+    with torch.autocast(q.device.type, enabled=False):
+        scores = torch.matmul(q.float() * q.shape[-1] ** -0.5, k.float().transpose(-1, -2))
+        if attention_mask is not None:
+            scores += torch.zeros(attention_mask.shape, device=scores.device).masked_fill_(
+                ~attention_mask, torch.finfo(scores.dtype).min)
+        probs = scores.softmax(dim=-1)
+        if dropout.uses_threshold_mask(probs):
+            keep, scale = dropout.keep_mask(probs)
+            context = torch.matmul(probs * keep, v.float()) * scale
+        else:
+            context = torch.matmul(dropout(probs), v.float())
+    return context.to(q.dtype), probs
+
+
 class XPTSelfAttention(nn.Module):
     """Multi-head self-attention: softmax(Q K^T / sqrt(d_head) + mask) V, with dropout on the probabilities.
 
-    SDPA by default. The explicit path (`attn_implementation="eager"`, or `output_attentions=True`)
-    computes what SDPA's math path computes, in the same precision (scores, softmax and P V in fp32,
-    the result cast back), and returns the probabilities (before dropout). With `XPTDropout`'s
-    threshold mask it adds the mask in place as a bias and applies the dropout scale 1 / q to the
-    product P V, a quarter of P's size. Post-training on CPU uses it: it trained 1.2x faster than
-    SDPA there, with dropout and without (docs/BENCHMARKS.md).
+    SDPA by default. The explicit path (`explicit_attention`; `attn_implementation="eager"`, or
+    `output_attentions=True`) computes what SDPA's math path computes, in the same precision, and
+    returns the probabilities. Post-training on CPU uses it: it trained 1.2x faster than SDPA there,
+    with dropout and without (docs/BENCHMARKS.md).
     """
 
     def __init__(self, config: XPTConfig):
@@ -152,18 +169,7 @@ class XPTSelfAttention(nn.Module):
             for proj in (self.query, self.key, self.value)
         )
         if output_attentions or self.config._attn_implementation == "eager":
-            with torch.autocast(q.device.type, enabled=False):  # fp32, as SDPA's math path
-                scores = torch.matmul(q.float() * self.head_dim**-0.5, k.float().transpose(-1, -2))
-                if attention_mask is not None:
-                    scores += torch.zeros(attention_mask.shape, device=scores.device).masked_fill_(
-                        ~attention_mask, torch.finfo(scores.dtype).min)
-                probs = scores.softmax(dim=-1)
-                if self.dropout.uses_threshold_mask(probs):
-                    keep, scale = self.dropout.keep_mask(probs)
-                    context = torch.matmul(probs * keep, v.float()) * scale
-                else:
-                    context = torch.matmul(self.dropout(probs), v.float())
-                context = context.to(q.dtype)
+            context, probs = explicit_attention(q, k, v, attention_mask, self.dropout)
         else:
             probs = None
             dropout = self.dropout.p if self.training else 0.0

@@ -106,6 +106,23 @@ def test_rounds_rotate_the_order_of_paths():
     assert all(sorted(o) == ["a", "b", "c"] for o in orders) and rotated([], 3) == []
 
 
+@pytest.mark.parametrize("dropout", ["0.0", "0.1"])
+def test_attention_cli_tiny_cpu_smoke(dropout):
+    """benchmarks/attention.py on tiny shapes: a row per path; without dropout the model's explicit path
+    agrees with SDPA, with dropout FlexAttention (no dropout) is left out."""
+    cmd = [sys.executable, "benchmarks/attention.py", "--device", "cpu", "--batch-size", "2", "--seq-len", "32",
+           "--heads", "2", "--rounds", "2", "--steps-per-round", "1", "--dropout", dropout]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = dict(re.findall(r"^\| ([a-z-]+) \| ([\d.]+) \| [\d.]+-[\d.]+ \|", proc.stdout, flags=re.M))
+    assert {"sdpa-dense", "xpt-explicit", "xpt-explicit-torch-masks"} <= set(rows), proc.stdout
+    if dropout == "0.0":
+        diff = re.search(r"^xpt-explicit: .* max \|diff\| to sdpa-dense ([\d.e+-]+)$", proc.stdout, flags=re.M)
+        assert diff and float(diff.group(1)) < 1e-4, proc.stdout
+    else:
+        assert "flex-blockmask: left out" in proc.stdout and "flex-blockmask" not in rows
+
+
 def test_matmul_peak_is_positive():
     assert tp.matmul_peak(torch.device("cpu"), torch.float32, [(64, 64, 64)], reps=2) > 0
 

@@ -147,7 +147,7 @@ class PostTrainConfig:
                                    "loads with sdpa); auto: eager on CPU (softmax(QK^T)V computed explicitly in fp32, as "
                                    "SDPA's math path does, and faster to train there), sdpa on CUDA")
     dropout_mask: str = arg("auto", "threshold | torch: how dropout masks are drawn on CPU (threshold: 16-bit numbers "
-                            "compared with round(p * 2^16), a third of the cost of torch's Bernoulli draws; torch: "
+                            "compared with round(p * 2^16), about half the cost of torch's Bernoulli masks; torch: "
                             "torch's dropout); auto: threshold. Other devices always use torch's dropout")
     seed: int = arg(42, "seed of the batch order, the masks and the initialisation")
     eval_seed: int = arg(1234, "fixed masking of valid/test, comparable across runs and methods")

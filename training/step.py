@@ -79,7 +79,7 @@ def resolve_speed(config, device: str, planned_steps: int | None = None) -> Spee
     - attention: sdpa on CUDA; on CPU eager, XPT's explicit path, which computes what SDPA's math path
       computes (fp32 scores and probabilities) and trained 1.2x faster than SDPA with dropout (SDPA's
       math path drawing torch's masks) and without (SDPA's flash kernel, slow backward on CPU).
-    - dropout mask: threshold (`XPTDropout`: a third of the cost of torch's Bernoulli draws on CPU,
+    - dropout mask: threshold (`XPTDropout`: about half the cost of torch's Bernoulli masks on CPU,
       which took a fifth of the bf16 step); it only changes how CPU masks are drawn.
     """
     mixed = config.mixed_precision
