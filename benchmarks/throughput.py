@@ -2,7 +2,7 @@
 
     python benchmarks/throughput.py [--device cpu|cuda] [--size minilm|base|tiny] [--seq-len 128]
         [--batch-size B] [--rounds R] [--steps-per-round S] [--warmup W] [--paths P ...]
-        [--tokenizer DIR] [--data PATH] [--num-texts N] [--json OUT]
+        [--tokenizer DIR] [--data PATH] [--num-texts N] [--json OUT] [--profile STEPS]
 
 Every path runs `training.step.training_step` (forward, loss scaled to the global token mean,
 backward, clip to 1.0, AdamW step, schedule step, zero_grad), phase 2 (everything trains),
@@ -341,6 +341,18 @@ def build_runner(path: Path_, xpt_model, tokenizer, texts, args, workdir, accele
     return Runner(path, model, step_module, optimizer, scheduler, params, batches, raw, capacity)
 
 
+def print_profile(runner: Runner, accelerator, steps: int, pad_id: int, vocab: int, rows: int = 15) -> None:
+    """`steps` steps of `runner` under torch.profiler: its operators by self time, with their share."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if accelerator.device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        runner.run(accelerator, steps, pad_id, vocab)
+    table = prof.key_averages().table(sort_by="self_cuda_time_total" if len(activities) > 1 else "self_cpu_time_total",
+                                      row_limit=rows, max_name_column_width=40)
+    print(f"# profile of {runner.path.name}, {steps} steps\n{table}", flush=True)
+
+
 def rotated(items: list, round_index: int) -> list:
     """`items` starting at position `round_index` (mod its length): every path takes every place in the round."""
     shift = round_index % len(items) if items else 0
@@ -393,6 +405,9 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None)
+    p.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                   help="after the rounds, run STEPS more steps of each path under torch.profiler and print its "
+                        "operators by self time (not counted in the figures)")
     args = p.parse_args(argv)
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.batch_size is None:
@@ -461,6 +476,10 @@ def main(argv=None) -> int:
                 before = dynamo_graphs()
                 runner.run(accelerator, args.steps_per_round, tokenizer.pad_token_id, vocab, peak=peaks[-1])
                 runner.compiled_while_timed += dynamo_graphs() - before
+    if args.profile:
+        for runner in runners:
+            if not runner.error:
+                print_profile(runner, accelerator, args.profile, tokenizer.pad_token_id, vocab)
     peak = statistics.median(peaks)
     for runner in runners:  # MFU against the run's median peak (each round's own peak was only provisional)
         runner.mfu = [m * p / peak for m, p in zip(runner.mfu, peaks)]

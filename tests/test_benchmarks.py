@@ -27,7 +27,7 @@ def test_cli_tiny_cpu_smoke(tmp_path):
     out = tmp_path / "result.json"
     cmd = [sys.executable, "benchmarks/throughput.py", "--device", "cpu", "--size", "tiny", "--rounds", "2",
            "--steps-per-round", "1", "--warmup", "1", "--num-texts", "400", "--compile", "false",
-           "--paths", "stock-eager", "stock-best", "xpt", "xpt-eager", "xpt-sdpa", "--json", str(out)]
+           "--paths", "stock-eager", "stock-best", "xpt", "xpt-eager", "xpt-sdpa", "--json", str(out), "--profile", "1"]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
@@ -43,6 +43,8 @@ def test_cli_tiny_cpu_smoke(tmp_path):
     mfu = {r["path"]: statistics.median(r["mfu"]) for r in json.loads(out.read_text())["results"]}
     assert sorted(mfu) == sorted(rows) and all(0 < m < 1 for m in mfu.values()), mfu
     assert float(rows["stock-eager"]["ratio"]) == 1.0
+    profiled = re.findall(r"^# profile of ([a-z-]+), 1 steps$", proc.stdout, flags=re.M)
+    assert profiled == ["stock-eager", "stock-best", "xpt", "xpt-eager", "xpt-sdpa"] and "aten::mm" in proc.stdout
     assert "measured matmul peak" in proc.stdout and "load average" in proc.stdout
     last = re.fullmatch(r"ratio_vs_stock_eager=([\d.]+) ratio_vs_stock_best=([\d.]+) mfu=([\d.]+) device=cpu",
                         lines[-1])
