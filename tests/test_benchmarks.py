@@ -18,7 +18,7 @@ from tests.conftest import REPO_ROOT
 
 ROW = re.compile(r"^\| (?P<path>[a-z-]+) \| (?P<settings>[^|]+) \| (?P<tps>\d+) \| (?P<lo>\d+)-(?P<hi>\d+) "
                  r"\| (?P<mfu>[\d.]+)% \| (?P<first>[\d.]+) \| (?P<breaks>\d+) \| (?P<recompiled>\d+) "
-                 r"\| (?P<ratio>[\d.]+)x \|$")
+                 r"\| (?P<faults>\d+) \| (?P<memory>[\d.]+) \| (?P<ratio>[\d.]+)x \|$")
 
 
 def test_cli_tiny_cpu_smoke(tmp_path):
@@ -36,9 +36,12 @@ def test_cli_tiny_cpu_smoke(tmp_path):
     # the attention each path ran with, as the table states it: stock SDPA, XPT's explicit path on CPU
     assert all("sdpa attention" in rows[p]["settings"] for p in ("stock-eager", "stock-best", "xpt-sdpa"))
     assert "eager attention" in rows["xpt"]["settings"]
+    # each path in its own process, with its own allocator setting
+    assert "default malloc" in rows["stock-eager"]["settings"]
+    assert all("retained malloc" in rows[p]["settings"] for p in ("stock-best", "xpt", "xpt-eager", "xpt-sdpa"))
     for row in rows.values():
         assert int(row["lo"]) <= int(row["tps"]) <= int(row["hi"]), row.group(0)
-        assert row["recompiled"] == "0"
+        assert row["recompiled"] == "0" and float(row["memory"]) > 0
     # the table rounds MFU to 0.1%, which a tiny model on a busy machine can fall below: check the JSON
     mfu = {r["path"]: statistics.median(r["mfu"]) for r in json.loads(out.read_text())["results"]}
     assert sorted(mfu) == sorted(rows) and all(0 < m < 1 for m in mfu.values()), mfu

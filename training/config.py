@@ -149,6 +149,10 @@ class PostTrainConfig:
     dropout_mask: str = arg("auto", "threshold | torch: how dropout masks are drawn on CPU (threshold: 16-bit numbers "
                             "compared with round(p * 2^16), about half the cost of torch's Bernoulli masks; torch: "
                             "torch's dropout); auto: threshold. Other devices always use torch's dropout")
+    retain_cpu_memory: str | bool = arg("auto", "keep memory freed by tensors inside the process for the next step's "
+                                        "tensors (glibc malloc without mmap for large blocks and without trimming), "
+                                        "instead of faulting in fresh pages every step; the process keeps its peak "
+                                        "footprint; auto: on CPU runs")
     seed: int = arg(42, "seed of the batch order, the masks and the initialisation")
     eval_seed: int = arg(1234, "fixed masking of valid/test, comparable across runs and methods")
     # --- bookkeeping -------------------------------------------------------------------------
@@ -419,7 +423,7 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
         raise ConfigError("adapter_size", f"must be > 0 for method {c.method!r}")
     if c.mixed_precision not in MIXED_PRECISION:
         raise ConfigError("mixed_precision", f"{c.mixed_precision!r} is not one of {MIXED_PRECISION}")
-    for name in ("compile", "fused_adamw", "static_masked_head"):
+    for name in ("compile", "fused_adamw", "static_masked_head", "retain_cpu_memory"):
         if getattr(c, name) not in AUTO_BOOL:
             raise ConfigError(name, f"{getattr(c, name)!r} is not one of auto, true, false")
     if c.attn_implementation not in ATTENTION:

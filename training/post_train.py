@@ -60,7 +60,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -127,6 +127,7 @@ from training.step import (  # noqa: E402
     SpeedSettings,
     describe_speed,
     resolve_speed,
+    retain_freed_memory,
     training_step,
     use_attention,
     use_dropout_mask,
@@ -436,6 +437,8 @@ def start_run(config: PostTrainConfig) -> tuple[Accelerator, SpeedSettings, list
                           "configured (accelerate issue #2741); for N CPU processes use "
                           "`accelerate launch --multi_gpu --num_processes N` (DDP over gloo) or torchrun")
     validate_config(config, world_size=world)  # batch divisibility for the real world size, before anything heavy
+    if speed.retain_memory and not retain_freed_memory():
+        speed = replace(speed, retain_memory=False)  # not glibc: nothing to switch
     accelerator.print(describe_speed(speed, accelerator.device.type))
     Path(config.output_dir).mkdir(parents=True, exist_ok=True)
     return accelerator, speed, trackers
@@ -733,7 +736,7 @@ def write_outputs(run: Run, state: RunState) -> RunRecord:
     info = hardware(accelerator)
     info["speed"] = {"compile": run.speed.compile, "fused_adamw": run.speed.fused_adamw,
                      "static_masked_head": run.speed.masked_capacity, "attention": run.speed.attention,
-                     "dropout_mask": run.speed.dropout_mask}
+                     "dropout_mask": run.speed.dropout_mask, "retain_cpu_memory": run.speed.retain_memory}
     if accelerator.num_processes > 1:  # every rank must hold the same weights (the DDP phase-boundary trap would break this)
         checksum = torch.stack([p.detach().double().sum() for p in model.parameters()]).to(accelerator.device)
         gathered = accelerator.gather(checksum[None]).cpu()

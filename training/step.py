@@ -7,12 +7,15 @@ summed masked-token loss as a device tensor, so a caller that does not log pays 
 
 `resolve_speed(config, device)` turns the config's "auto" speed fields into concrete choices
 (mixed precision, torch.compile, fused AdamW, static masked-head capacity, attention implementation,
-dropout mask) per kind of device; `use_attention` and `use_dropout_mask` apply the last two to a model; `describe_speed` is the one log
+dropout mask, retained CPU memory) per kind of device; `use_attention` and `use_dropout_mask` apply two
+of them to a model, `retain_freed_memory` the last to the process; `describe_speed` is the one log
 line that says what was chosen.
 """
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import platform
 from dataclasses import dataclass
 
 import torch
@@ -53,6 +56,7 @@ class SpeedSettings:
     masked_capacity: bool  # LM head on a static number of rows (no data-dependent shapes, no host sync)
     attention: str = "sdpa"  # sdpa | eager: the attention implementation the model trains with
     dropout_mask: str = "threshold"  # threshold | torch: how XPT's dropout draws its masks on CPU
+    retain_memory: bool = False  # `retain_freed_memory`: freed blocks stay in the process for reuse
 
 
 def _auto_bool(value, default: bool) -> bool:
@@ -81,6 +85,8 @@ def resolve_speed(config, device: str, planned_steps: int | None = None) -> Spee
       math path drawing torch's masks) and without (SDPA's flash kernel, slow backward on CPU).
     - dropout mask: threshold (`XPTDropout`: about half the cost of torch's Bernoulli masks on CPU,
       which took a fifth of the bf16 step); it only changes how CPU masks are drawn.
+    - retained CPU memory: on CPU (`retain_freed_memory`); on CUDA the tensors live in torch's caching
+      allocator already.
     """
     mixed = config.mixed_precision
     if mixed == "auto":
@@ -95,7 +101,8 @@ def resolve_speed(config, device: str, planned_steps: int | None = None) -> Spee
     if attention == "auto":
         attention = "sdpa" if cuda else "eager"
     dropout_mask = "threshold" if config.dropout_mask == "auto" else config.dropout_mask
-    return SpeedSettings(mixed, compile_on, fused, capacity, attention, dropout_mask)
+    retain = _auto_bool(config.retain_cpu_memory, not cuda)
+    return SpeedSettings(mixed, compile_on, fused, capacity, attention, dropout_mask, retain)
 
 
 def use_attention(model: torch.nn.Module, implementation: str) -> None:
@@ -117,6 +124,34 @@ def use_dropout_mask(model: torch.nn.Module, kind: str) -> None:
             module.threshold_mask = kind == "threshold"
 
 
+# glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+
+
+def retain_freed_memory() -> bool:
+    """Keep the memory that tensors free inside the process, for the next step's tensors to reuse.
+
+    glibc's malloc serves each block above its mmap threshold (128 KiB, rising with use to at most
+    32 MiB) with a fresh mapping and unmaps it on free, and trims the heap's free top; so every step's
+    large activations, logits and gradients come back as new pages that the kernel faults in and zeroes
+    one 4 KiB page at a time: 150,000 page faults per bf16 training step at MiniLM size, sequence 128,
+    batch 16 (docs/BENCHMARKS.md). With large blocks taken from the heap (`M_MMAP_MAX` 0) and trimming
+    off (`M_TRIM_THRESHOLD` -1, mallopt(3)), freed blocks stay mapped and are reused; the process keeps its peak footprint,
+    as torch's CUDA caching allocator does on the GPU. Process-wide and permanent for the process.
+
+    Written by hand because torch has no CPU caching allocator to switch on, and the remedy PyTorch's
+    CPU performance guide names (jemalloc or tcmalloc through LD_PRELOAD) needs a system library and
+    must be set before the process starts. Returns False, changing nothing, where the C library is
+    not glibc."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, -1))
+
+
 # CPU compile policy for fp32 runs (measured on a 2-core AVX2 machine, docs/BENCHMARKS.md)
 COMPILE_MIN_CPU_TOKENS = 4_000_000
 
@@ -128,8 +163,9 @@ def describe_speed(settings: SpeedSettings, device: str) -> str:
     return (f"speed settings on {device}: mixed_precision={settings.mixed_precision}{bf16_note} "
             f"compile={'inductor' if settings.compile else 'off'} fused_adamw={settings.fused_adamw} "
             f"static_masked_head={settings.masked_capacity} attention={settings.attention} "
-            f"dropout_mask={settings.dropout_mask} (config fields mixed_precision, compile, fused_adamw, "
-            "static_masked_head, attn_implementation, dropout_mask)")
+            f"dropout_mask={settings.dropout_mask} retain_cpu_memory={settings.retain_memory} (config fields "
+            "mixed_precision, compile, fused_adamw, static_masked_head, attn_implementation, dropout_mask, "
+            "retain_cpu_memory)")
 
 
 def weight_decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
