@@ -1,14 +1,14 @@
 """What dropout costs the post-training step on this machine: the `xpt` path of `throughput.py`
 (same model builder, batches, optimiser and step) with dropout as in the source (masks drawn by
 `XPTDropout`'s threshold, and by torch's `bernoulli_`), without attention dropout, and without any
-dropout, run in interleaved rounds whose order rotates.
+dropout, run in interleaved rounds whose order rotates; and with `XPTDropout`'s earlier boolean mask.
 
     python benchmarks/dropout_cost.py --size minilm --seq-len 128 --batch-size 16 \
         --tokenizer runs/tok32k-bench --rounds 5 --steps-per-round 2
 
 First, the masks alone: forward and backward of dropout (p = 0.1) on the step's hidden-state shape
 (bf16, as under autocast) and attention-probability shape (fp32), torch's `F.dropout` against
-`XPTDropout`, interleaved. Prints milliseconds and real tokens/s per variant (median and min-max
+`XPTDropout` (its mask in the input's dtype, and the earlier boolean mask), interleaved. Prints milliseconds and real tokens/s per variant (median and min-max
 over rounds) and the load average.
 """
 from __future__ import annotations
@@ -33,6 +33,7 @@ from benchmarks import throughput as tp  # noqa: E402
 
 VARIANTS = {  # name: (attention dropout, hidden dropout, mask, attention); None keeps the source's value / the default
     "as-source": (None, None, "threshold", None),
+    "as-source-boolean-masks": (None, None, "boolean", None),
     "as-source-torch-masks": (None, None, "torch", None),
     "as-source-sdpa": (None, None, "threshold", "sdpa"),
     "no-attention-dropout": (0.0, None, "threshold", None),
@@ -41,11 +42,38 @@ VARIANTS = {  # name: (attention dropout, hidden dropout, mask, attention); None
 }
 
 
+def boolean_mask_dropout():
+    """`XPTDropout` with its earlier mask: the same draws and threshold, kept as a boolean tensor (which
+    torch's CPU kernels copy to the other operand's dtype before multiplying, forward and backward)."""
+    from modeling_xpt.modeling_xpt import XPTDropout
+
+    class BooleanMaskDropout(XPTDropout):
+        def keep_mask(self, like):
+            threshold = round(self.p * 65536)
+            count = like.numel()
+            draws = torch.empty((count + 3) // 4, dtype=torch.int64, device=like.device).random_(-(2**63), None)
+            return draws.view(torch.int16)[:count].view(like.shape) >= threshold - 32768, 65536 / (65536 - threshold)
+
+    return BooleanMaskDropout
+
+
+def with_boolean_masks(model):
+    """`model` with every `XPTDropout` drawing the earlier boolean mask (same p)."""
+    from modeling_xpt.modeling_xpt import XPTDropout
+
+    cls = boolean_mask_dropout()
+    for module in model.modules():
+        if type(module) is XPTDropout:
+            module.__class__ = cls
+    return model
+
+
 def mask_costs(shapes: dict[str, tuple[tuple[int, ...], torch.dtype]], rounds: int, reps: int = 5) -> dict:
     """Milliseconds of dropout forward + backward per shape and mask kind: {(shape name, kind): [ms per round]}."""
     from modeling_xpt.modeling_xpt import XPTDropout
 
-    kinds = {"torch": XPTDropout(0.1).train(), "threshold": XPTDropout(0.1).train()}
+    kinds = {"torch": XPTDropout(0.1).train(), "boolean": boolean_mask_dropout()(0.1).train(),
+             "threshold": XPTDropout(0.1).train()}
     kinds["torch"].threshold_mask = False
     times = {(name, kind): [] for name in shapes for kind in kinds}
     for r in range(rounds):
@@ -112,10 +140,12 @@ def main(argv=None) -> int:
     for (name, kind), v in masks.items():
         print(f"| {name} | {kind} | {statistics.median(v):.2f} | {min(v):.2f}-{max(v):.2f} |")
     for name, (attention, hidden, mask, implementation) in VARIANTS.items():
-        speed = replace(path.speed, dropout_mask=mask, attention=implementation or path.speed.attention)
-        runner = tp.build_runner(replace(path, speed=speed),
-                                 without_dropout(model, attention, hidden), tokenizer, texts, args, workdir,
-                                 accelerator, 8)
+        speed = replace(path.speed, dropout_mask="threshold" if mask == "boolean" else mask,
+                        attention=implementation or path.speed.attention)
+        variant = without_dropout(model, attention, hidden)
+        if mask == "boolean":
+            variant = with_boolean_masks(variant)
+        runner = tp.build_runner(replace(path, speed=speed), variant, tokenizer, texts, args, workdir, accelerator, 8)
         runner.run(accelerator, 2, tokenizer.pad_token_id, len(tokenizer))  # warm-up
         runners[name] = runner
     for r in range(a.rounds):

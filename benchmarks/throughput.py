@@ -14,8 +14,11 @@ dropout on, one micro-batch of B rows x seq-len per step:
                 transformers' `DataCollatorForLanguageModeling` (15%), dense LM head and cross-entropy
                 inside the model; fp32 eager, SDPA attention (transformers' default), AdamW(fused=True)
                 (the Trainer default on torch >= 2.8), glibc's default malloc.
-  stock-best    the same with XPT's best precision, compile and allocator settings (attention stays SDPA:
-                transformers' eager attention computes in bf16 under autocast, and was slower).
+  stock-best    the same with XPT's best precision and compile settings (attention stays SDPA: transformers'
+                eager attention computes in bf16 under autocast, and was slower).
+  stock-best-retained
+                stock-best with XPT's allocator setting too (`retain_freed_memory`): stock with every
+                process setting XPT's step uses, so that its ratio isolates the step itself.
   xpt           XPT as `post_train.py` runs it by default for a long run on this device
                 (`training.step.resolve_speed`: bf16 autocast where the hardware has it; compile on CUDA
                 and on fp32 CPUs, eager under bf16 on CPU; explicit fp32 attention on CPU, SDPA on CUDA;
@@ -125,7 +128,10 @@ def path_table(best: SpeedSettings) -> dict[str, Path_]:
     """Every path is `best` (what post_train.py picks here) with the settings its name says changed."""
     return {
         "stock-eager": Path_("stock-eager", True, SpeedSettings("no", False, True, False, "sdpa", "torch")),
-        "stock-best": Path_("stock-best", True, replace(best, fused_adamw=True, masked_capacity=False, attention="sdpa")),
+        "stock-best": Path_("stock-best", True, replace(best, fused_adamw=True, masked_capacity=False, attention="sdpa",
+                                                         retain_memory=False)),
+        "stock-best-retained": Path_("stock-best-retained", True, replace(
+            best, fused_adamw=True, masked_capacity=False, attention="sdpa")),
         "xpt": Path_("xpt", False, best),
         "xpt-eager": Path_("xpt-eager", False, replace(best, compile=False, fused_adamw=False, masked_capacity=False)),
         "xpt-eager-fused": Path_("xpt-eager-fused", False, replace(best, compile=False, masked_capacity=False)),
@@ -403,7 +409,7 @@ def parse_args(argv=None):
     p.add_argument("--steps-per-round", type=int, default=3)
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per path (compilation happens here)")
     p.add_argument("--paths", nargs="+", default=list(DEFAULT_PATHS),
-                   help="of: stock-eager stock-best xpt xpt-eager xpt-eager-fused xpt-compiled "
+                   help="of: stock-eager stock-best stock-best-retained xpt xpt-eager xpt-eager-fused xpt-compiled "
                         "xpt-compiled-exact-head xpt-compiled-foreach xpt-fp32 xpt-sdpa xpt-attn-eager xpt-torch-dropout "
                         "xpt-default-malloc")
     p.add_argument("--compile", choices=("auto", "true", "false"), default="auto",

@@ -85,11 +85,16 @@ class XPTDropout(nn.Dropout):
                 and 0 < self.p < 1 and not self.inplace and not torch.compiler.is_compiling())
 
     def keep_mask(self, like: torch.Tensor) -> tuple[torch.Tensor, float]:
-        """(boolean mask of the kept elements, 1 / q) for a tensor of `like`'s shape and device."""
+        """(mask of `like`'s shape, dtype and device: 1 where an element is kept, 0 where dropped; 1 / q).
+
+        The comparison writes the mask in `like`'s dtype directly: multiplied by a boolean mask, torch's
+        CPU kernels first copy it to the other operand's dtype, forward and backward, which made that
+        product about ten times as slow on attention probabilities."""
         threshold = round(self.p * 65536)
         count = like.numel()
         draws = torch.empty((count + 3) // 4, dtype=torch.int64, device=like.device).random_(-(2**63), None)
-        keep = draws.view(torch.int16)[:count].view(like.shape) >= threshold - 32768
+        keep = torch.empty(like.shape, dtype=like.dtype, device=like.device)
+        torch.ge(draws.view(torch.int16)[:count].view(like.shape), threshold - 32768, out=keep)
         return keep, 65536 / (65536 - threshold)
 
     def forward(self, hidden_states):

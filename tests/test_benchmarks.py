@@ -36,9 +36,9 @@ def test_cli_tiny_cpu_smoke(tmp_path):
     # the attention each path ran with, as the table states it: stock SDPA, XPT's explicit path on CPU
     assert all("sdpa attention" in rows[p]["settings"] for p in ("stock-eager", "stock-best", "xpt-sdpa"))
     assert "eager attention" in rows["xpt"]["settings"]
-    # each path in its own process, with its own allocator setting
-    assert "default malloc" in rows["stock-eager"]["settings"]
-    assert all("retained malloc" in rows[p]["settings"] for p in ("stock-best", "xpt", "xpt-eager", "xpt-sdpa"))
+    # each path in its own process, with its own allocator setting: stock as users run it, XPT as post_train.py does
+    assert all("default malloc" in rows[p]["settings"] for p in ("stock-eager", "stock-best"))
+    assert all("retained malloc" in rows[p]["settings"] for p in ("xpt", "xpt-eager", "xpt-sdpa"))
     for row in rows.values():
         assert int(row["lo"]) <= int(row["tps"]) <= int(row["hi"]), row.group(0)
         assert row["recompiled"] == "0" and float(row["memory"]) > 0
@@ -139,8 +139,10 @@ def test_dropout_cost_cli_tiny_cpu_smoke():
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = re.findall(r"^\| ([a-z-]+) \| (\d+) \| (\d+)-(\d+) \|$", proc.stdout, flags=re.M)
-    assert [r[0] for r in rows] == ["as-source", "as-source-torch-masks", "as-source-sdpa", "no-attention-dropout",
-                                    "no-dropout", "no-dropout-sdpa"], proc.stdout
+    assert [r[0] for r in rows] == ["as-source", "as-source-boolean-masks", "as-source-torch-masks", "as-source-sdpa",
+                                    "no-attention-dropout", "no-dropout", "no-dropout-sdpa"], proc.stdout
+    masks = re.findall(r"^\| [^|]+ \| (torch|boolean|threshold) \| [\d.]+ \|", proc.stdout, flags=re.M)
+    assert sorted(masks) == sorted(["torch", "boolean", "threshold"] * 2), proc.stdout
     assert all(int(lo) <= int(tps) <= int(hi) for _, tps, lo, hi in rows)
     masks = re.findall(r"^\| (hidden states|attention probabilities) [^|]+ \| (torch|threshold) \| ([\d.]+) \| "
                        r"([\d.]+)-([\d.]+) \|$", proc.stdout, flags=re.M)
@@ -164,3 +166,20 @@ def test_dropout_variants_change_only_dropout():
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), plain.parameters()))
     assert not torch.equal(model(input_ids=ids).logits, model(input_ids=ids).logits)
     assert torch.equal(plain(input_ids=ids).logits, plain(input_ids=ids).logits)
+
+
+def test_boolean_mask_dropout_draws_the_masks_of_xpt_dropout():
+    """dropout_cost.py's earlier-mask variant differs from `XPTDropout` only in the mask's dtype."""
+    from benchmarks.dropout_cost import boolean_mask_dropout
+    from modeling_xpt.modeling_xpt import XPTDropout
+
+    x = torch.randn(64, 48, dtype=torch.bfloat16, requires_grad=True)
+    outs = []
+    for cls in (XPTDropout, boolean_mask_dropout()):
+        torch.manual_seed(5)
+        out = cls(0.1).train()(x)
+        out.float().sum().backward()
+        outs.append((out.detach(), x.grad.clone()))
+        x.grad = None
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+    assert 0 < int((outs[0][0] == 0).sum()) < x.numel()
