@@ -118,8 +118,8 @@ def main(argv=None) -> int:
                          + (["--tokenizer", a.tokenizer] if a.tokenizer else []))
     torch.set_num_threads(a.threads)
     best = resolve_speed(PostTrainConfig(mixed_precision="auto", compile="auto"), "cpu")
-    if best.retain_memory:  # every variant is XPT's step, in one process with post_train.py's allocator setting
-        retain_freed_memory()
+    # every variant is XPT's step, in one process with post_train.py's allocator setting
+    retained = best.retain_memory and retain_freed_memory()
     accelerator = Accelerator(mixed_precision=best.mixed_precision, cpu=True)
     workdir = Path(tempfile.mkdtemp(prefix="xpt-dropout-"))
     texts, _ = tp.read_texts(args.data, args.num_texts)
@@ -152,7 +152,8 @@ def main(argv=None) -> int:
         for runner in tp.rotated(list(runners.values()), r):
             runner.run(accelerator, a.steps_per_round, tokenizer.pad_token_id, len(tokenizer), peak=1.0)
     load.append(os.getloadavg()[0])
-    print(f"settings: {best.mixed_precision}, eager, {a.threads} threads; load average {load[0]:.2f} -> {load[1]:.2f}")
+    print(f"settings: {best.mixed_precision}, eager, {a.threads} threads, {'retained' if retained else 'default'} "
+          f"malloc; load average {load[0]:.2f} -> {load[1]:.2f}")
     print("| dropout | real tokens/s (median) | min-max |")
     print("| --- | ---: | --- |")
     for name, runner in runners.items():

@@ -37,7 +37,9 @@ dropout on, one micro-batch of B rows x seq-len per step:
 
 Measurement: each path runs in its own process (spawned, one after the other, each idle while
 another runs), so that a process-wide setting (the allocator) applies to its path alone and no path
-inherits another's heap, compile caches or CUDA memory. Each path is built and warmed up (`--warmup`
+inherits another's heap or CUDA caching allocator (inductor's on-disk cache is shared). On CUDA each
+process gives its cached blocks back after every request, so that all of them fit on one GPU; a
+path that fails reports its exception as an ERROR row and the command exits 1. Each path is built and warmed up (`--warmup`
 steps, where compilation happens; the first step's time is reported as compile time), then
 `--rounds` rounds visit the paths in turn, each round starting one path later (A B C, B C A,
 C A B, ...: on a 2-core machine a path's median moved by up to 20% with its place in a fixed
@@ -441,58 +443,76 @@ def path_settings(args) -> tuple[SpeedSettings, dict[str, Path_]]:
     return best, path_table(best)
 
 
+def describe_failure(failure: BaseException) -> str:
+    return f"{type(failure).__name__}: {str(failure).splitlines()[0][:200] if str(failure) else ''}"
+
+
 def serve_path(args, name: str, conn) -> None:
     """One path in its own process: build it, warm it up, then run what the parent asks, until "stop".
 
-    Messages in: ("run", steps, peak) -> (tokens/s, MFU, graphs compiled meanwhile); ("profile", steps)
-    -> None (the table goes to stdout); ("stop",). The first message out reports the warm-up."""
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    from accelerate import Accelerator
-    from transformers import AutoTokenizer
-
-    from training.methods import METHODS
-
-    best, table = path_settings(args)
-    path = table[name]
-    if path.speed.retain_memory:
-        retain_freed_memory()
-    if args.device == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    accelerator = Accelerator(mixed_precision=best.mixed_precision, cpu=args.device == "cpu")
-    workdir = Path(args.workdir) / name
-    workdir.mkdir(parents=True, exist_ok=True)
-    texts, _ = read_texts(args.data, args.num_texts)
-    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    vocab = len(tokenizer)
-    torch.manual_seed(args.seed)  # the same XPT model in every process
-    xpt_model = METHODS["xpt"].build(args.source, tokenizer)
-    n_batches = max(4, args.warmup + args.rounds * args.steps_per_round)
-    runner = build_runner(path, xpt_model, tokenizer, texts, args, workdir, accelerator, n_batches)
-    del xpt_model
-    breaks_before, first_step_s, error = graph_breaks(), 0.0, None
+    The first message out: {"first_step_s", "graph_breaks", "retained", "error"}. Then, per message in:
+    ("run", steps, peak) -> ("ok", tokens/s, MFU, graphs compiled meanwhile, page faults per step, peak
+    memory bytes); ("profile", steps) -> ("ok",) after printing the table to stdout; ("stop",) ends it.
+    A failure is answered with ("error", description) and ends the process."""
+    first_step_s, breaks, retained = 0.0, 0, False
     try:
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        from accelerate import Accelerator
+        from transformers import AutoTokenizer
+
+        from training.methods import METHODS
+
+        best, table = path_settings(args)
+        path = table[name]
+        retained = path.speed.retain_memory and retain_freed_memory()
+        set_tf32(args.device)
+        accelerator = Accelerator(mixed_precision=best.mixed_precision, cpu=args.device == "cpu")
+        texts, _ = read_texts(args.data, args.num_texts)
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+        vocab = len(tokenizer)
+        torch.manual_seed(args.seed)  # the same XPT model in every process
+        xpt_model = METHODS["xpt"].build(args.source, tokenizer)
+        n_batches = max(4, args.warmup + args.rounds * args.steps_per_round)
+        # one rows cache for all paths: they build one after the other
+        runner = build_runner(path, xpt_model, tokenizer, texts, args, Path(args.workdir), accelerator, n_batches)
+        del xpt_model
+        breaks_before = graph_breaks()
         t0 = time.perf_counter()
         runner.run(accelerator, 1, tokenizer.pad_token_id, vocab)
         first_step_s = time.perf_counter() - t0
         if args.warmup > 1:
             runner.run(accelerator, args.warmup - 1, tokenizer.pad_token_id, vocab)
-    except Exception as failure:  # noqa: BLE001 - report the path as failed, run the others
-        error = f"{type(failure).__name__}: {str(failure).splitlines()[0][:200]}"
-    conn.send({"first_step_s": first_step_s, "graph_breaks": graph_breaks() - breaks_before, "error": error})
-    while not error:
+        breaks = graph_breaks() - breaks_before
+    except Exception as failure:  # noqa: BLE001 - report the path as failed; the parent runs the others
+        conn.send({"first_step_s": first_step_s, "graph_breaks": breaks, "retained": retained,
+                   "error": describe_failure(failure)})
+        return
+    conn.send({"first_step_s": first_step_s, "graph_breaks": breaks, "retained": retained, "error": None})
+    while True:
         message = conn.recv()
-        if message[0] == "run":
-            graphs, faults = dynamo_graphs(), page_faults()
-            runner.run(accelerator, message[1], tokenizer.pad_token_id, vocab, peak=message[2])
-            conn.send((runner.tokens_per_s[-1], runner.mfu[-1], dynamo_graphs() - graphs,
-                       (page_faults() - faults) / message[1], peak_memory(args.device)))
-        elif message[0] == "profile":
-            print_profile(runner, accelerator, message[1], tokenizer.pad_token_id, vocab)
-            conn.send(None)
-        else:
+        try:
+            if message[0] == "run":
+                graphs, faults = dynamo_graphs(), page_faults()
+                runner.run(accelerator, message[1], tokenizer.pad_token_id, vocab, peak=message[2])
+                conn.send(("ok", runner.tokens_per_s[-1], runner.mfu[-1], dynamo_graphs() - graphs,
+                           (page_faults() - faults) / message[1], peak_memory(args.device)))
+            elif message[0] == "profile":
+                print_profile(runner, accelerator, message[1], tokenizer.pad_token_id, vocab)
+                conn.send(("ok",))
+            else:
+                return
+        except Exception as failure:  # noqa: BLE001
+            conn.send(("error", describe_failure(failure)))
             return
+        if args.device == "cuda":  # give cached blocks back: every path's process shares the one GPU
+            torch.cuda.empty_cache()
+
+
+def set_tf32(device: str) -> None:
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
 
 
 def page_faults() -> int:
@@ -519,12 +539,30 @@ class PathRun:
     conn: object
     first_step_s: float = 0.0
     graph_breaks: int = 0
+    retained: bool = False  # whether `retain_freed_memory` took effect in the path's process
     error: str | None = None
     tokens_per_s: list = field(default_factory=list)
     mfu: list = field(default_factory=list)
     compiled_while_timed: int = 0
     faults_per_step: list = field(default_factory=list)
     peak_memory: int = 0
+
+
+def ask(run: PathRun, message):
+    """Send `message` (None: only read) to the path's process and return its reply; a failure or a
+    dead process sets `run.error` and returns None."""
+    try:
+        if message is not None:
+            run.conn.send(message)
+        reply = run.conn.recv()
+    except (EOFError, OSError):
+        run.process.join(timeout=60)
+        run.error = f"its process exited with code {run.process.exitcode}"
+        return None
+    if isinstance(reply, tuple) and reply[0] == "error":
+        run.error = reply[1]
+        return None
+    return reply
 
 
 def main(argv=None) -> int:
@@ -544,9 +582,8 @@ def main(argv=None) -> int:
     args.source = source_for(args.size, workdir)
     family = source_family(args.source) or "bert"
     tokenizer, tok_desc = load_tokenizer(args, texts, family, workdir)
-    if not args.tokenizer:
-        args.tokenizer = str(workdir / "tokenizer")
-    args.workdir = str(workdir)
+    child_args = argparse.Namespace(**{**vars(args), "tokenizer": args.tokenizer or str(workdir / "tokenizer"),
+                                       "workdir": str(workdir)})
     vocab = len(tokenizer)
     dtype = torch.bfloat16 if best.mixed_precision == "bf16" else torch.float16 if best.mixed_precision == "fp16" \
         else torch.float32
@@ -556,23 +593,24 @@ def main(argv=None) -> int:
     peak_shapes = [(2048, 2048, 2048), (args.batch_size * args.seq_len, source_cfg.hidden_size,
                                         source_cfg.intermediate_size)]
     device = torch.device(args.device)
+    set_tf32(args.device)  # the peak is measured here, with the precision settings the paths run with
 
     # Each path in its own process, started one after the other and then idle while another runs: a
     # process-wide setting (the CPU allocator, `retain_freed_memory`) applies to its path alone, and no
-    # path inherits another's heap, compile caches or CUDA memory.
+    # path inherits another's heap or CUDA caching allocator. (Inductor's on-disk cache is shared.)
     spawn = multiprocessing.get_context("spawn")
     runs = []
     for name in args.paths:
         parent_end, child_end = spawn.Pipe()
-        process = spawn.Process(target=serve_path, args=(args, name, child_end), daemon=True)
+        process = spawn.Process(target=serve_path, args=(child_args, name, child_end), daemon=True)
         process.start()
-        try:
-            ready = parent_end.recv()
-        except EOFError:  # the process died while building (out of memory, a crash in native code)
-            process.join()
-            ready = {"error": f"its process exited with code {process.exitcode} while building"}
-        run = PathRun(table[name], process, parent_end, ready.get("first_step_s", 0.0), ready.get("graph_breaks", 0),
-                      ready["error"])
+        child_end.close()  # the child holds the only other end: its death reads as EOF here
+        run = PathRun(table[name], process, parent_end)
+        ready = ask(run, None)
+        if ready is not None:
+            run.first_step_s, run.graph_breaks, run.retained = ready["first_step_s"], ready["graph_breaks"], \
+                ready["retained"]
+            run.error = ready["error"]
         runs.append(run)
         print(f"built {name}: first step {run.first_step_s:.1f}s{' ERROR ' + run.error if run.error else ''}",
               file=sys.stderr, flush=True)
@@ -581,14 +619,9 @@ def main(argv=None) -> int:
     for r in range(args.rounds):
         peaks.append(matmul_peak(device, dtype, peak_shapes))
         for run in rotated(runs, r):
-            if not run.error:
-                run.conn.send(("run", args.steps_per_round, peaks[-1]))
-                try:
-                    tokens_per_s, mfu, compiled, faults, memory = run.conn.recv()
-                except EOFError:
-                    run.process.join()
-                    run.error = f"its process exited with code {run.process.exitcode} in round {r + 1}"
-                    continue
+            reply = ask(run, ("run", args.steps_per_round, peaks[-1])) if not run.error else None
+            if reply is not None:
+                _, tokens_per_s, mfu, compiled, faults, memory = reply
                 run.tokens_per_s.append(tokens_per_s)
                 run.mfu.append(mfu)
                 run.compiled_while_timed += compiled
@@ -596,11 +629,14 @@ def main(argv=None) -> int:
                 run.peak_memory = memory
     for run in runs:
         if args.profile and not run.error:
-            run.conn.send(("profile", args.profile))
-            run.conn.recv()
-        if run.process.is_alive():
-            run.conn.send(("stop",))
-        run.process.join()
+            ask(run, ("profile", args.profile))
+        if not run.error:
+            try:
+                run.conn.send(("stop",))
+            except OSError:  # already gone after its last reply: nothing lost
+                pass
+        run.conn.close()
+        run.process.join(timeout=60)
     peak = statistics.median(peaks)
     for run in runs:  # MFU against the run's median peak (each round's own peak was only provisional)
         run.mfu = [m * p / peak for m, p in zip(run.mfu, peaks)]
@@ -623,7 +659,7 @@ def main(argv=None) -> int:
         s = run.path.speed
         settings = (f"{s.mixed_precision}, {'inductor' if s.compile else 'eager'}, "
                     f"{'fused' if s.fused_adamw else 'default'} AdamW, {s.attention} attention, "
-                    f"{'retained' if s.retain_memory else 'default'} malloc"
+                    f"{'retained' if run.retained else 'default'} malloc"
                     + ("" if run.path.stock else f", {'static' if s.masked_capacity else 'exact'} head, "
                        f"{s.dropout_mask} dropout mask"))
         if run.error or not run.tokens_per_s:
@@ -639,18 +675,21 @@ def main(argv=None) -> int:
         results.append({"path": run.path.name, "settings": settings, "tokens_per_s": run.tokens_per_s,
                         "mfu": run.mfu, "first_step_s": run.first_step_s, "graph_breaks": run.graph_breaks,
                         "compiled_while_timed": run.compiled_while_timed, "page_faults_per_step": run.faults_per_step,
-                        "peak_memory_bytes": run.peak_memory})
+                        "peak_memory_bytes": run.peak_memory, "retained_memory": run.retained})
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "peaks": peaks, "load": load,
                                                "results": results}, indent=2))
     xpt = med.get("xpt")
     eager, stock_best = med.get("stock-eager"), med.get("stock-best")
     xpt_mfu = next((statistics.median(r.mfu) for r in runs if r.path.name == "xpt" and r.mfu), None)
+    if xpt and med.get("stock-best-retained"):
+        print(f"# xpt / stock-best-retained = {xpt / med['stock-best-retained']:.2f}")
     fmt = lambda v: f"{v:.2f}" if v is not None else "n/a"  # noqa: E731
     print(f"ratio_vs_stock_eager={fmt(xpt / eager if xpt and eager else None)} "
           f"ratio_vs_stock_best={fmt(xpt / stock_best if xpt and stock_best else None)} "
           f"mfu={f'{xpt_mfu:.3f}' if xpt_mfu is not None else 'n/a'} device={args.device}")
     return 0 if not any(r.error for r in runs) else 1
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -36,7 +36,10 @@ def test_cli_tiny_cpu_smoke(tmp_path):
     # the attention each path ran with, as the table states it: stock SDPA, XPT's explicit path on CPU
     assert all("sdpa attention" in rows[p]["settings"] for p in ("stock-eager", "stock-best", "xpt-sdpa"))
     assert "eager attention" in rows["xpt"]["settings"]
-    # each path in its own process, with its own allocator setting: stock as users run it, XPT as post_train.py does
+    # each path in its own process, with its own allocator setting: stock as users run it, XPT as post_train.py
+    # does; the processes report whether `retain_freed_memory` took effect there
+    retained = {r["path"]: r["retained_memory"] for r in json.loads(out.read_text())["results"]}
+    assert retained == {"stock-eager": False, "stock-best": False, "xpt": True, "xpt-eager": True, "xpt-sdpa": True}
     assert all("default malloc" in rows[p]["settings"] for p in ("stock-eager", "stock-best"))
     assert all("retained malloc" in rows[p]["settings"] for p in ("xpt", "xpt-eager", "xpt-sdpa"))
     for row in rows.values():
@@ -55,6 +58,19 @@ def test_cli_tiny_cpu_smoke(tmp_path):
     assert float(last[1]) == pytest.approx(int(rows["xpt"]["tps"]) / int(rows["stock-eager"]["tps"]), rel=0.02)
     assert float(last[2]) == pytest.approx(int(rows["xpt"]["tps"]) / int(rows["stock-best"]["tps"]), rel=0.02)
     assert float(last[3]) == pytest.approx(mfu["xpt"], abs=0.0006)
+
+
+def test_cli_reports_a_failing_path_and_exits_nonzero():
+    """Rows longer than the tiny model's 128 positions fail in each path's process: the failure comes
+    back through its pipe as an ERROR row naming the exception, and the command exits 1."""
+    cmd = [sys.executable, "benchmarks/throughput.py", "--device", "cpu", "--size", "tiny", "--rounds", "1",
+           "--steps-per-round", "1", "--warmup", "1", "--num-texts", "400", "--compile", "false", "--seq-len", "256",
+           "--paths", "stock-eager", "xpt"]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    errors = dict(re.findall(r"^\| ([a-z-]+) \| [^|]+ \| ERROR (\w+Error)", proc.stdout, flags=re.M))
+    assert sorted(errors) == ["stock-eager", "xpt"], proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == "ratio_vs_stock_eager=n/a ratio_vs_stock_best=n/a mfu=n/a device=cpu"
 
 
 def _args(**kw):

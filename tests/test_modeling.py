@@ -136,6 +136,8 @@ def test_threshold_dropout_keeps_at_its_rate_scales_to_the_mean_and_repeats_unde
     assert abs(keep.float().mean().item() - q) < 5 * (q * (1 - q) / keep.numel()) ** 0.5
     torch.testing.assert_close(out[keep], torch.full_like(out[keep], 2.0 / q))  # kept elements scaled by 1/q
     assert out.dtype == dtype and out.shape == x.shape
+    mask, _ = dropout.keep_mask(x)  # in the input's dtype: no dtype copy before each product
+    assert mask.dtype == dtype and set(mask.unique().tolist()) == {0.0, 1.0}
     out.float().sum().backward()
     torch.testing.assert_close(x.grad, out.detach() / 2.0)  # d out / d x = keep / q
     torch.manual_seed(0)

@@ -74,7 +74,8 @@ def run_args(tiny, out_dir, family="bert", **overrides) -> list[str]:
     fields = dict(source=source, tokenizer=tok, data=tiny["corpus"], cache_dir=tiny["cache"], valid_size=40,
                   test_size=40, max_seq_length=32, global_batch_size=8, train_steps=8, phase1_steps=4,
                   warmup_steps=1, learning_rate=3e-3, eval_steps=3, save_steps=2, save_total_limit=10,
-                  logging_steps=1, report_to="none", keep_checkpoints="true", output_dir=out_dir)
+                  logging_steps=1, report_to="none", keep_checkpoints="true", output_dir=out_dir,
+                  retain_cpu_memory="false")  # in-process runs: leave the test process's allocator alone
     fields.update(overrides)
     argv = []
     for key, value in fields.items():
@@ -1000,7 +1001,16 @@ print((faults() - before) / 10)
 """
 
 
+def transparent_huge_pages_always() -> bool:
+    try:
+        return "[always]" in Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return False
+
+
 @pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc malloc only")
+@pytest.mark.skipif(transparent_huge_pages_always(), reason="counts 4 KiB page faults; transparent huge pages are "
+                                                            "on for every mapping here")
 def test_retained_memory_reuses_pages_instead_of_faulting_them_in():
     """A 64 MiB tensor allocated and freed again and again: with glibc's defaults every allocation is a
     fresh mapping whose 16,384 pages fault in; after `retain_freed_memory` the freed block is reused."""
@@ -1011,6 +1021,18 @@ def test_retained_memory_reuses_pages_instead_of_faulting_them_in():
         per_allocation[mode] = float(out.stdout.split()[-1])
     assert per_allocation["default"] > 10_000, per_allocation
     assert per_allocation["retain"] < 500, per_allocation
+
+
+@pytest.mark.parametrize("took_effect", [True, False])
+def test_retain_cpu_memory_is_applied_and_recorded(tiny, tmp_path, monkeypatch, took_effect):
+    """retain_cpu_memory: true calls `retain_freed_memory` before training; where it changes nothing
+    (not glibc) the log line and training_summary.json say False."""
+    calls = []
+    monkeypatch.setattr(post_train, "retain_freed_memory", lambda: calls.append(1) or took_effect)
+    summary = run_inprocess(run_args(tiny, tmp_path / "run", retain_cpu_memory="true", train_steps=2,
+                                     phase1_steps=1, save_steps=10, eval_steps=10))
+    assert calls == [1]
+    assert summary["hardware"]["speed"]["retain_cpu_memory"] is took_effect
 
 
 def test_post_training_dropout_and_mask_switches_reach_the_right_modules(tiny):

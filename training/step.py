@@ -139,17 +139,21 @@ def retain_freed_memory() -> bool:
     (docs/BENCHMARKS.md). With large blocks taken from the heap (`M_MMAP_MAX` 0) and trimming off
     (`M_TRIM_THRESHOLD` -1, mallopt(3)), freed blocks stay mapped and are reused: about 11,000 and 0.
     The process keeps its peak footprint, as torch's CUDA caching allocator does on the GPU.
-    Process-wide and permanent for the process.
+    Process-wide and permanent for the process; it covers the main thread's heap, where CPU training
+    allocates (glibc's per-thread arenas still map blocks of 64 MiB and more).
 
     Written by hand because torch has no CPU caching allocator to switch on, and the remedy PyTorch's
     CPU performance guide names (jemalloc or tcmalloc through LD_PRELOAD) needs a system library and
     must be set before the process starts. Returns False, changing nothing, where the C library is
-    not glibc."""
+    not glibc or where another allocator serves `malloc` (such a preloaded jemalloc or tcmalloc)."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
     try:
-        libc = ctypes.CDLL("libc.so.6")
+        libc, process = ctypes.CDLL("libc.so.6"), ctypes.CDLL(None)
     except OSError:
+        return False
+    address = lambda library: ctypes.cast(library.malloc, ctypes.c_void_p).value  # noqa: E731
+    if address(process) != address(libc):  # the process's malloc is not glibc's: mallopt would change nothing
         return False
     return bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, -1))
 
