@@ -48,8 +48,8 @@ real tokens/s (real = not padding; run_mlm blocks have none), and the min-max ov
 rounds. In every round the matmul peak of the dtype in use is measured too (the best of a square
 2048^3 product and the model's feed-forward product, B*T x H x I); its median over rounds is the
 peak. Graphs compiled during the timed rounds are counted (should be 0). Per path also the median
-minor page faults per timed step (ru_minflt: pages the kernel maps in and zeroes on first touch) and
-the peak memory: its process's peak resident set on CPU (ru_maxrss), `torch.cuda.max_memory_allocated`
+minor page faults per timed step (ru_minflt: pages the kernel maps in and zeroes on first touch), the
+kernel CPU time per step (ru_stime, where those faults are served) and the peak memory: its process's peak resident set on CPU (ru_maxrss), `torch.cuda.max_memory_allocated`
 on CUDA.
 
 MFU (model FLOPs utilisation against that measured peak):
@@ -451,7 +451,8 @@ def serve_path(args, name: str, conn) -> None:
     """One path in its own process: build it, warm it up, then run what the parent asks, until "stop".
 
     The first message out: {"first_step_s", "graph_breaks", "retained", "error"}. Then, per message in:
-    ("run", steps, peak) -> ("ok", tokens/s, MFU, graphs compiled meanwhile, page faults per step, peak
+    ("run", steps, peak) -> ("ok", tokens/s, MFU, graphs compiled meanwhile, page faults per step, kernel
+    CPU seconds per step, peak
     memory bytes); ("profile", steps) -> ("ok",) after printing the table to stdout; ("stop",) ends it.
     A failure is answered with ("error", description) and ends the process."""
     first_step_s, breaks, retained = 0.0, 0, False
@@ -493,10 +494,11 @@ def serve_path(args, name: str, conn) -> None:
         message = conn.recv()
         try:
             if message[0] == "run":
-                graphs, faults = dynamo_graphs(), page_faults()
+                graphs, faults, kernel = dynamo_graphs(), page_faults(), kernel_seconds()
                 runner.run(accelerator, message[1], tokenizer.pad_token_id, vocab, peak=message[2])
                 conn.send(("ok", runner.tokens_per_s[-1], runner.mfu[-1], dynamo_graphs() - graphs,
-                           (page_faults() - faults) / message[1], peak_memory(args.device)))
+                           (page_faults() - faults) / message[1], (kernel_seconds() - kernel) / message[1],
+                           peak_memory(args.device)))
             elif message[0] == "profile":
                 print_profile(runner, accelerator, message[1], tokenizer.pad_token_id, vocab)
                 conn.send(("ok",))
@@ -513,6 +515,13 @@ def set_tf32(device: str) -> None:
     if device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+
+
+def kernel_seconds() -> float:
+    """CPU seconds the kernel spent for the process so far (page faults are served there)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_stime
 
 
 def page_faults() -> int:
@@ -545,6 +554,7 @@ class PathRun:
     mfu: list = field(default_factory=list)
     compiled_while_timed: int = 0
     faults_per_step: list = field(default_factory=list)
+    kernel_s_per_step: list = field(default_factory=list)
     peak_memory: int = 0
 
 
@@ -621,11 +631,12 @@ def main(argv=None) -> int:
         for run in rotated(runs, r):
             reply = ask(run, ("run", args.steps_per_round, peaks[-1])) if not run.error else None
             if reply is not None:
-                _, tokens_per_s, mfu, compiled, faults, memory = reply
+                _, tokens_per_s, mfu, compiled, faults, kernel, memory = reply
                 run.tokens_per_s.append(tokens_per_s)
                 run.mfu.append(mfu)
                 run.compiled_while_timed += compiled
                 run.faults_per_step.append(faults)
+                run.kernel_s_per_step.append(kernel)
                 run.peak_memory = memory
     for run in runs:
         if args.profile and not run.error:
@@ -650,8 +661,9 @@ def main(argv=None) -> int:
           f"max {max(peaks) / 1e9:.1f}); load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     memory_kind = "CUDA peak allocated" if args.device == "cuda" else "peak RSS"
     print(f"| path | settings | real tokens/s (median) | min-max | MFU | first step s | graph breaks "
-          f"| compiled while timed | page faults per step | {memory_kind} GiB | ratio to stock-eager |")
-    print("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          f"| compiled while timed | page faults per step | kernel CPU s per step | {memory_kind} GiB "
+          "| ratio to stock-eager |")
+    print("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     med = {r.path.name: statistics.median(r.tokens_per_s) for r in runs if r.tokens_per_s}
     base = med.get("stock-eager")
     results = []
@@ -663,7 +675,7 @@ def main(argv=None) -> int:
                     + ("" if run.path.stock else f", {'static' if s.masked_capacity else 'exact'} head, "
                        f"{s.dropout_mask} dropout mask"))
         if run.error or not run.tokens_per_s:
-            print(f"| {run.path.name} | {settings} | ERROR {run.error} | | | | | | | | |")
+            print(f"| {run.path.name} | {settings} | ERROR {run.error} | | | | | | | | | |")
             results.append({"path": run.path.name, "error": run.error})
             continue
         tps, mfu = med[run.path.name], statistics.median(run.mfu)
@@ -671,10 +683,12 @@ def main(argv=None) -> int:
         print(f"| {run.path.name} | {settings} | {tps:.0f} | {min(run.tokens_per_s):.0f}-"
               f"{max(run.tokens_per_s):.0f} | {mfu:.1%} | {run.first_step_s:.1f} | {run.graph_breaks} | "
               f"{run.compiled_while_timed} | {statistics.median(run.faults_per_step):.0f} | "
+              f"{statistics.median(run.kernel_s_per_step):.3f} | "
               f"{run.peak_memory / 2 ** 30:.2f} | {ratio} |")
         results.append({"path": run.path.name, "settings": settings, "tokens_per_s": run.tokens_per_s,
                         "mfu": run.mfu, "first_step_s": run.first_step_s, "graph_breaks": run.graph_breaks,
                         "compiled_while_timed": run.compiled_while_timed, "page_faults_per_step": run.faults_per_step,
+                        "kernel_cpu_s_per_step": run.kernel_s_per_step,
                         "peak_memory_bytes": run.peak_memory, "retained_memory": run.retained})
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "peaks": peaks, "load": load,

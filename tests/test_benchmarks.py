@@ -18,7 +18,7 @@ from tests.conftest import REPO_ROOT
 
 ROW = re.compile(r"^\| (?P<path>[a-z-]+) \| (?P<settings>[^|]+) \| (?P<tps>\d+) \| (?P<lo>\d+)-(?P<hi>\d+) "
                  r"\| (?P<mfu>[\d.]+)% \| (?P<first>[\d.]+) \| (?P<breaks>\d+) \| (?P<recompiled>\d+) "
-                 r"\| (?P<faults>\d+) \| (?P<memory>[\d.]+) \| (?P<ratio>[\d.]+)x \|$")
+                 r"\| (?P<faults>\d+) \| (?P<kernel>[\d.]+) \| (?P<memory>[\d.]+) \| (?P<ratio>[\d.]+)x \|$")
 
 
 def test_cli_tiny_cpu_smoke(tmp_path):
