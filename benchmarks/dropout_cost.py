@@ -8,8 +8,8 @@ dropout, run in interleaved rounds whose order rotates; and with `XPTDropout`'s 
 
 First, the masks alone: forward and backward of dropout (p = 0.1) on the step's hidden-state shape
 (bf16, as under autocast) and attention-probability shape (fp32), torch's `F.dropout` against
-`XPTDropout` (its mask in the input's dtype, and the earlier boolean mask), interleaved. Prints milliseconds and real tokens/s per variant (median and min-max
-over rounds) and the load average.
+`XPTDropout` (its mask in the input's dtype, and the earlier boolean mask), interleaved. Prints
+milliseconds and real tokens/s per variant (median and min-max over rounds) and the load average.
 """
 from __future__ import annotations
 
@@ -49,10 +49,8 @@ def boolean_mask_dropout():
 
     class BooleanMaskDropout(XPTDropout):
         def keep_mask(self, like):
-            threshold = round(self.p * 65536)
-            count = like.numel()
-            draws = torch.empty((count + 3) // 4, dtype=torch.int64, device=like.device).random_(-(2**63), None)
-            return draws.view(torch.int16)[:count].view(like.shape) >= threshold - 32768, 65536 / (65536 - threshold)
+            numbers, threshold = self.draw(like)
+            return numbers >= threshold - 32768, 65536 / (65536 - threshold)
 
     return BooleanMaskDropout
 

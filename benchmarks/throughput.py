@@ -39,8 +39,9 @@ Measurement: each path runs in its own process (spawned, one after the other, ea
 another runs), so that a process-wide setting (the allocator) applies to its path alone and no path
 inherits another's heap or CUDA caching allocator (inductor's on-disk cache is shared). On CUDA each
 process gives its cached blocks back after every request, so that all of them fit on one GPU; a
-path that fails reports its exception as an ERROR row and the command exits 1. Each path is built and warmed up (`--warmup`
-steps, where compilation happens; the first step's time is reported as compile time), then
+path that fails reports its exception as an ERROR row and the command exits 1. Each path is built
+and warmed up (`--warmup` steps, where compilation happens; the first step's time is reported as
+compile time), then
 `--rounds` rounds visit the paths in turn, each round starting one path later (A B C, B C A,
 C A B, ...: on a 2-core machine a path's median moved by up to 20% with its place in a fixed
 order), each path running `--steps-per-round` steps per round. Per path: median over rounds of
@@ -49,8 +50,8 @@ rounds. In every round the matmul peak of the dtype in use is measured too (the 
 2048^3 product and the model's feed-forward product, B*T x H x I); its median over rounds is the
 peak. Graphs compiled during the timed rounds are counted (should be 0). Per path also the median
 minor page faults per timed step (ru_minflt: pages the kernel maps in and zeroes on first touch), the
-kernel CPU time per step (ru_stime, where those faults are served) and the peak memory: its process's peak resident set on CPU (ru_maxrss), `torch.cuda.max_memory_allocated`
-on CUDA.
+kernel CPU time per step (ru_stime, where those faults are served) and the peak memory: its
+process's peak resident set on CPU (ru_maxrss), `torch.cuda.max_memory_allocated` on CUDA.
 
 MFU (model FLOPs utilisation against that measured peak):
 
@@ -128,12 +129,11 @@ class Path_:
 
 def path_table(best: SpeedSettings) -> dict[str, Path_]:
     """Every path is `best` (what post_train.py picks here) with the settings its name says changed."""
+    stock_best = replace(best, fused_adamw=True, masked_capacity=False, attention="sdpa")
     return {
         "stock-eager": Path_("stock-eager", True, SpeedSettings("no", False, True, False, "sdpa", "torch")),
-        "stock-best": Path_("stock-best", True, replace(best, fused_adamw=True, masked_capacity=False, attention="sdpa",
-                                                         retain_memory=False)),
-        "stock-best-retained": Path_("stock-best-retained", True, replace(
-            best, fused_adamw=True, masked_capacity=False, attention="sdpa")),
+        "stock-best": Path_("stock-best", True, replace(stock_best, retain_memory=False)),
+        "stock-best-retained": Path_("stock-best-retained", True, stock_best),
         "xpt": Path_("xpt", False, best),
         "xpt-eager": Path_("xpt-eager", False, replace(best, compile=False, fused_adamw=False, masked_capacity=False)),
         "xpt-eager-fused": Path_("xpt-eager-fused", False, replace(best, compile=False, masked_capacity=False)),
@@ -452,8 +452,8 @@ def serve_path(args, name: str, conn) -> None:
 
     The first message out: {"first_step_s", "graph_breaks", "retained", "error"}. Then, per message in:
     ("run", steps, peak) -> ("ok", tokens/s, MFU, graphs compiled meanwhile, page faults per step, kernel
-    CPU seconds per step, peak
-    memory bytes); ("profile", steps) -> ("ok",) after printing the table to stdout; ("stop",) ends it.
+    CPU seconds per step, peak memory bytes); ("profile", steps) -> ("ok",) after printing the table to
+    stdout; ("stop",) ends it.
     A failure is answered with ("error", description) and ends the process."""
     first_step_s, breaks, retained = 0.0, 0, False
     try:
@@ -494,11 +494,12 @@ def serve_path(args, name: str, conn) -> None:
         message = conn.recv()
         try:
             if message[0] == "run":
-                graphs, faults, kernel = dynamo_graphs(), page_faults(), kernel_seconds()
+                graphs, before = dynamo_graphs(), process_usage()
                 runner.run(accelerator, message[1], tokenizer.pad_token_id, vocab, peak=message[2])
+                after, steps = process_usage(), message[1]
                 conn.send(("ok", runner.tokens_per_s[-1], runner.mfu[-1], dynamo_graphs() - graphs,
-                           (page_faults() - faults) / message[1], (kernel_seconds() - kernel) / message[1],
-                           peak_memory(args.device)))
+                           (after.ru_minflt - before.ru_minflt) / steps, (after.ru_stime - before.ru_stime) / steps,
+                           peak_memory(args.device, after)))
             elif message[0] == "profile":
                 print_profile(runner, accelerator, message[1], tokenizer.pad_token_id, vocab)
                 conn.send(("ok",))
@@ -517,27 +518,17 @@ def set_tf32(device: str) -> None:
         torch.backends.cudnn.allow_tf32 = True
 
 
-def kernel_seconds() -> float:
-    """CPU seconds the kernel spent for the process so far (page faults are served there)."""
+def process_usage():
+    """The process's resource use so far: minor page faults (`ru_minflt`, pages the kernel mapped in and
+    zeroed on first touch), kernel CPU seconds (`ru_stime`, where those faults are served), peak RSS."""
     import resource
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_stime
+    return resource.getrusage(resource.RUSAGE_SELF)
 
 
-def page_faults() -> int:
-    """Minor page faults of the process so far (pages the kernel mapped in and zeroed on first touch)."""
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
-
-def peak_memory(device: str) -> int:
+def peak_memory(device: str, usage) -> int:
     """Peak bytes of the process so far: CUDA tensors on a GPU, the resident set (ru_maxrss) on CPU."""
-    if device == "cuda":
-        return torch.cuda.max_memory_allocated()
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return torch.cuda.max_memory_allocated() if device == "cuda" else usage.ru_maxrss * 1024
 
 
 @dataclass

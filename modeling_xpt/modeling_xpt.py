@@ -92,12 +92,16 @@ class XPTDropout(nn.Dropout):
         product about ten times as slow on attention probabilities. The price: the mask kept for the
         backward pass takes the dtype's bytes per element instead of one (about 75 MB more at MiniLM
         size, batch 16 x 128, for the fp32 attention probabilities of 8 layers)."""
-        threshold = round(self.p * 65536)
+        numbers, threshold = self.draw(like)
+        keep = torch.empty(like.shape, dtype=like.dtype, device=like.device)
+        torch.ge(numbers, threshold - 32768, out=keep)
+        return keep, 65536 / (65536 - threshold)
+
+    def draw(self, like: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """(uniform signed 16-bit numbers of `like`'s shape, four from each 64-bit draw; round(p * 2^16))."""
         count = like.numel()
         draws = torch.empty((count + 3) // 4, dtype=torch.int64, device=like.device).random_(-(2**63), None)
-        keep = torch.empty(like.shape, dtype=like.dtype, device=like.device)
-        torch.ge(draws.view(torch.int16)[:count].view(like.shape), threshold - 32768, out=keep)
-        return keep, 65536 / (65536 - threshold)
+        return draws.view(torch.int16)[:count].view(like.shape), round(self.p * 65536)
 
     def forward(self, hidden_states):
         if not self.uses_threshold_mask(hidden_states):

@@ -438,7 +438,7 @@ def start_run(config: PostTrainConfig) -> tuple[Accelerator, SpeedSettings, list
                           "`accelerate launch --multi_gpu --num_processes N` (DDP over gloo) or torchrun")
     validate_config(config, world_size=world)  # batch divisibility for the real world size, before anything heavy
     if speed.retain_memory and not retain_freed_memory():
-        speed = replace(speed, retain_memory=False)  # not glibc: nothing to switch
+        speed = replace(speed, retain_memory=False)  # malloc is not glibc's here: nothing to switch
     accelerator.print(describe_speed(speed, accelerator.device.type))
     Path(config.output_dir).mkdir(parents=True, exist_ok=True)
     return accelerator, speed, trackers
