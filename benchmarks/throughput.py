@@ -24,16 +24,17 @@ dropout on, one micro-batch of B rows x seq-len per step:
                 and on fp32 CPUs, eager under bf16 on CPU; explicit fp32 attention on CPU, SDPA on CUDA;
                 threshold dropout masks and retained freed memory (`retain_freed_memory`) on CPU): batches
                 from `training/mlm_data.py`
-                (`build_token_rows` next-fit packing, exact-count `Masker`, `collate`'s block mask and
+                (`build_token_rows` best-fit packing, exact-count `Masker`, `collate`'s block mask and
                 restarting positions, `TrainMicroBatches`), the model from `training/methods.py` (`xpt`),
                 the optimiser from `post_train.build_optimizer`.
   xpt-eager     XPT without compile, static head and fused AdamW (the step before these changes).
   xpt-eager-fused, xpt-compiled, xpt-compiled-exact-head, xpt-compiled-foreach, xpt-fp32, xpt-sdpa,
-  xpt-attn-eager, xpt-torch-dropout, xpt-default-malloc
+  xpt-attn-eager, xpt-torch-dropout, xpt-default-malloc, xpt-next-fit
                 one setting of `xpt` changed each, to measure it on its own (xpt-compiled: inductor with
                 the static head; xpt-fp32: no autocast; xpt-sdpa / xpt-attn-eager: that attention;
                 xpt-torch-dropout: torch's dropout masks instead of `XPTDropout`'s threshold masks;
-                xpt-default-malloc: glibc's default malloc).
+                xpt-default-malloc: glibc's default malloc; xpt-next-fit: rows packed next-fit, the
+                packer before best-fit).
 
 Measurement: each path runs in its own process (spawned, one after the other, each idle while
 another runs), so that a process-wide setting (the allocator) applies to its path alone and no path
@@ -125,6 +126,7 @@ class Path_:
     name: str
     stock: bool
     speed: SpeedSettings
+    next_fit: bool = False  # XPT rows packed next-fit (the packer before best-fit), to measure packing on its own
 
 
 def path_table(best: SpeedSettings) -> dict[str, Path_]:
@@ -147,6 +149,7 @@ def path_table(best: SpeedSettings) -> dict[str, Path_]:
         "xpt-attn-eager": Path_("xpt-attn-eager", False, replace(best, attention="eager")),
         "xpt-torch-dropout": Path_("xpt-torch-dropout", False, replace(best, dropout_mask="torch")),
         "xpt-default-malloc": Path_("xpt-default-malloc", False, replace(best, retain_memory=False)),
+        "xpt-next-fit": Path_("xpt-next-fit", False, best, next_fit=True),
     }
 
 
@@ -211,16 +214,19 @@ def source_for(size: str, workdir: Path) -> str:
     return str(out)
 
 
-def xpt_batches(texts, tokenizer, model, args, workdir: Path, n: int, pad_to: int | None):
-    """`n` micro-batches exactly as post_train.py builds them (packing, masking, collation)."""
+def xpt_batches(texts, tokenizer, model, args, workdir: Path, n: int, pad_to: int | None, next_fit: bool = False):
+    """`n` micro-batches exactly as post_train.py builds them (packing, masking, collation); with
+    `next_fit`, from rows packed as post_train.py packed them before best-fit (`next_fit_rows`)."""
     import datasets
 
     from training.mlm_data import BatchSchedule, Masker, TrainMicroBatches, build_token_rows
 
     offset = model.config.position_offset
     rows = build_token_rows({"train": datasets.Dataset.from_dict({"text": texts})}, tokenizer,
-                            max_seq_length=args.seq_len, packing=True, cache_dir=str(workdir / "rows"),
+                            max_seq_length=args.seq_len, packing=not next_fit, cache_dir=str(workdir / "rows"),
                             cache_key={"bench": len(texts)}, log=lambda *_: None)["train"]
+    if next_fit:
+        rows = next_fit_rows(rows, args.seq_len)
     masker = Masker(tokenizer, 0.15, 0.8, 0.1, False)
     schedule = BatchSchedule(len(rows), args.batch_size, args.seed)
     items = TrainMicroBatches(rows, schedule, rank=0, world=1, micro=args.batch_size, accumulation=1,
@@ -233,6 +239,23 @@ def xpt_batches(texts, tokenizer, model, args, workdir: Path, n: int, pad_to: in
         b["_attn_sq"] = int(sizes.double().sum())  # sum over sentences of len^2 = sum over tokens of len
         b.pop("step", None)
     return batches
+
+
+def next_fit_rows(sentences, capacity: int):
+    """Rows of one sentence each -> rows packed next-fit: consecutive sentences fill a row until the
+    next one does not fit. The packer `build_token_rows` used before best-fit, kept only as the
+    baseline that `xpt-next-fit` measures it against."""
+    import datasets
+
+    rows = {"input_ids": [], "word_start": [], "seg_lengths": []}
+    for ids, starts in zip(sentences["input_ids"], sentences["word_start"]):
+        if not rows["input_ids"] or len(rows["input_ids"][-1]) + len(ids) > capacity:
+            for key in rows:
+                rows[key].append([])
+        rows["input_ids"][-1] += ids
+        rows["word_start"][-1] += starts
+        rows["seg_lengths"][-1].append(len(ids))
+    return datasets.Dataset.from_dict(rows)
 
 
 def stock_batches(texts, tokenizer, args, n: int):
@@ -342,7 +365,7 @@ def build_runner(path: Path_, xpt_model, tokenizer, texts, args, workdir, accele
     else:
         model = copy.deepcopy(xpt_model)
         batches = xpt_batches(texts, tokenizer, model, args, workdir, n_batches,
-                              pad_to=args.seq_len if path.speed.compile else None)
+                              pad_to=args.seq_len if path.speed.compile else None, next_fit=path.next_fit)
     model.train()
     config = PostTrainConfig(learning_rate=1e-4, weight_decay=0.01)
     phase = PhaseConfig("phase2", "all", 10 ** 6, 1e-4, 0, "constant")
@@ -413,7 +436,7 @@ def parse_args(argv=None):
     p.add_argument("--paths", nargs="+", default=list(DEFAULT_PATHS),
                    help="of: stock-eager stock-best stock-best-retained xpt xpt-eager xpt-eager-fused xpt-compiled "
                         "xpt-compiled-exact-head xpt-compiled-foreach xpt-fp32 xpt-sdpa xpt-attn-eager xpt-torch-dropout "
-                        "xpt-default-malloc")
+                        "xpt-default-malloc xpt-next-fit")
     p.add_argument("--compile", choices=("auto", "true", "false"), default="auto",
                    help="compile setting of the best (xpt, stock-best) paths; auto: what post_train.py picks "
                         "for a long run on this device")
@@ -664,7 +687,7 @@ def main(argv=None) -> int:
                     f"{'fused' if s.fused_adamw else 'default'} AdamW, {s.attention} attention, "
                     f"{'retained' if run.retained else 'default'} malloc"
                     + ("" if run.path.stock else f", {'static' if s.masked_capacity else 'exact'} head, "
-                       f"{s.dropout_mask} dropout mask"))
+                       f"{s.dropout_mask} dropout mask, {'next' if run.path.next_fit else 'best'}-fit rows"))
         if run.error or not run.tokens_per_s:
             print(f"| {run.path.name} | {settings} | ERROR {run.error} | | | | | | | | | |")
             results.append({"path": run.path.name, "error": run.error})

@@ -35,7 +35,7 @@ def test_cli_tiny_cpu_smoke(tmp_path):
     assert sorted(rows) == ["stock-best", "stock-eager", "xpt", "xpt-eager", "xpt-sdpa"], proc.stdout
     # the attention each path ran with, as the table states it: stock SDPA, XPT's explicit path on CPU
     assert all("sdpa attention" in rows[p]["settings"] for p in ("stock-eager", "stock-best", "xpt-sdpa"))
-    assert "eager attention" in rows["xpt"]["settings"]
+    assert "eager attention" in rows["xpt"]["settings"] and "best-fit rows" in rows["xpt"]["settings"]
     # each path in its own process, with its own allocator setting: stock as users run it, XPT as post_train.py
     # does; the processes report whether `retain_freed_memory` took effect there
     retained = {r["path"]: r["retained_memory"] for r in json.loads(out.read_text())["results"]}
@@ -79,7 +79,7 @@ def _args(**kw):
 
 
 def test_batches_are_the_training_batches(tmp_path):
-    """XPT batches come from training/mlm_data.py (next-fit packing, exact-count masking, block mask,
+    """XPT batches come from training/mlm_data.py (best-fit packing, exact-count masking, block mask,
     restarting positions); stock batches are run_mlm blocks with no padding."""
     from training.mlm_data import Masker
     from training.methods import METHODS
@@ -199,3 +199,16 @@ def test_boolean_mask_dropout_draws_the_masks_of_xpt_dropout():
         x.grad = None
     assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
     assert 0 < int((outs[0][0] == 0).sum()) < x.numel()
+
+
+def test_next_fit_baseline_packs_consecutive_sentences_until_one_does_not_fit():
+    import datasets
+
+    lengths = [5, 9, 3, 16, 2, 7, 7, 1]
+    single = datasets.Dataset.from_dict({"input_ids": [[n] * n for n in lengths],
+                                         "word_start": [[1] * n for n in lengths],
+                                         "seg_lengths": [[n] for n in lengths]})
+    rows = tp.next_fit_rows(single, 16)
+    assert rows["seg_lengths"] == [[5, 9], [3], [16], [2, 7, 7], [1]]
+    assert [sum(s) for s in rows["seg_lengths"]] == [len(r) for r in rows["input_ids"]]
+    assert [t for r in rows["input_ids"] for t in r] == [n for n in lengths for _ in range(n)]

@@ -26,7 +26,7 @@ from training import post_train
 from training.checkpointing import latest_checkpoint, list_checkpoints, save_checkpoint
 from training.config import ConfigError, PostTrainConfig, config_from_dict, load_config, validate_config
 from training.intrinsic import MetricSums, masked_lm_metrics
-from training.mlm_data import BatchSchedule, Masker, collate, load_text_splits, row_rng
+from training.mlm_data import BatchSchedule, Masker, build_token_rows, collate, load_text_splits, pack_rows, row_rng
 
 PYTHON = sys.executable
 WORDS = sorted({w for s in KOREAN_SENTENCES for w in s.split()})
@@ -206,6 +206,49 @@ def test_whole_word_masking_masks_complete_words():
     selected = (labels[1:-1] != -100).reshape(20, 3)
     assert selected.any()
     assert (selected.all(axis=1) | ~selected.any(axis=1)).all()
+
+
+@pytest.mark.parametrize("lengths, capacity, rows", [
+    ([100, 28, 90, 38, 64, 64], 128, [[0, 1], [2, 3], [4, 5]]),  # three full rows, longest first
+    ([128, 5, 128], 128, [[0], [2], [1]]),  # a full-length sentence is a row of its own
+    ([7, 7, 7, 7], 14, [[0, 1], [2, 3]]),  # ties keep corpus order
+    ([60, 45, 45, 8], 100, [[0], [1, 2, 3]]),  # best fit: 8 goes to the row with 10 free, not the one with 40
+    ([], 16, []),
+])
+def test_pack_rows_best_fit_decreasing(lengths, capacity, rows):
+    assert pack_rows(lengths, capacity) == rows
+
+
+def test_pack_rows_fills_rows_far_better_than_next_fit():
+    rng = random.Random(0)
+    lengths = [min(128, max(3, int(rng.lognormvariate(3.1, 0.8)))) for _ in range(3000)]
+    rows = pack_rows(lengths, 128)
+    assert sorted(i for row in rows for i in row) == list(range(len(lengths)))  # every sentence once
+    assert all(sum(lengths[i] for i in row) <= 128 for row in rows)
+    next_fit, used = 0, 128
+    for n in lengths:  # consecutive sentences until the next one does not fit
+        next_fit, used = (next_fit + 1, n) if used + n > 128 else (next_fit, used + n)
+    fill = sum(lengths) / (128 * len(rows))
+    assert fill > 0.99 and len(rows) < 0.9 * next_fit, (fill, len(rows), next_fit)
+
+
+def test_packed_rows_hold_every_sentence_whole(tmp_path):
+    import datasets
+
+    tok = word_tokenizer("bert", WORDS)
+    rng = random.Random(1)
+    texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 20))) for _ in range(200)]
+    split = {"train": datasets.Dataset.from_dict({"text": texts})}
+    kwargs = dict(max_seq_length=32, cache_dir=str(tmp_path), cache_key={"t": 1}, log=lambda *_: None)
+    packed = build_token_rows(split, tok, packing=True, **kwargs)["train"]
+    single = build_token_rows(split, tok, packing=False, **kwargs)["train"]
+    pieces = []
+    for ids, starts, segs in zip(packed["input_ids"], packed["word_start"], packed["seg_lengths"]):
+        assert sum(segs) == len(ids) == len(starts) <= 32
+        bounds = np.cumsum([0] + segs)
+        pieces += [(tuple(ids[a:b]), tuple(starts[a:b])) for a, b in zip(bounds[:-1], bounds[1:])]
+    assert sorted(pieces) == sorted(zip(map(tuple, single["input_ids"]), map(tuple, single["word_start"])))
+    assert len(packed) < len(single) / 2
 
 
 def test_packed_collate_has_block_mask_and_restarting_positions():
