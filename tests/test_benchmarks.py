@@ -83,7 +83,6 @@ def test_batches_are_the_training_batches(tmp_path):
     restarting positions); stock batches are run_mlm blocks with no padding."""
     from training.mlm_data import Masker
     from training.methods import METHODS
-    from training.config import PostTrainConfig
 
     args = _args()
     texts, _ = tp.read_texts(None, 400)
