@@ -219,6 +219,11 @@ def test_pack_rows_best_fit_decreasing(lengths, capacity, rows):
     assert pack_rows(lengths, capacity) == rows
 
 
+def test_pack_rows_refuses_a_sentence_longer_than_a_row():
+    with pytest.raises(ValueError, match="sentence 1 has 20 tokens, more than a row's 16"):
+        pack_rows([3, 20], 16)
+
+
 def test_pack_rows_fills_rows_far_better_than_next_fit():
     rng = random.Random(0)
     lengths = [min(128, max(3, int(rng.lognormvariate(3.1, 0.8)))) for _ in range(3000)]
