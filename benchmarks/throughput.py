@@ -318,7 +318,6 @@ def matmul_peak(device, dtype, shapes, reps: int = 5) -> float:
 @dataclass
 class Runner:
     path: Path_
-    model: object
     step_module: object
     optimizer: object
     scheduler: object
@@ -380,7 +379,7 @@ def build_runner(path: Path_, xpt_model, tokenizer, texts, args, workdir, accele
     capacity = dict(length=args.seq_len, mlm_probability=0.15) if path.speed.masked_capacity else None
     raw = accelerator.unwrap_model(model)
     params = [p for p in raw.parameters() if p.requires_grad]
-    return Runner(path, model, step_module, optimizer, scheduler, params, batches, raw, capacity)
+    return Runner(path, step_module, optimizer, scheduler, params, batches, raw, capacity)
 
 
 def print_profile(runner: Runner, accelerator, steps: int, pad_id: int, vocab: int, rows: int = 15) -> None:

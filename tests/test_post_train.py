@@ -1033,6 +1033,31 @@ def test_speed_settings_auto_and_explicit(monkeypatch):
         validate_config(config_from_dict({"source": "x", "data": "y", "retain_cpu_memory": "always"}), check_data=False)
 
 
+@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc malloc only")
+def test_retain_freed_memory_changes_nothing_where_another_allocator_serves_malloc(monkeypatch):
+    """A preloaded jemalloc or tcmalloc serves `malloc` instead of glibc: glibc's mallopt is then not
+    called and the function says it took no effect (fake libraries: the test process keeps its allocator)."""
+    import ctypes
+
+    from training import step
+
+    calls = []
+
+    class Library:
+        def __init__(self, malloc_address):
+            self.malloc = ctypes.c_void_p(malloc_address)
+
+        def mallopt(self, *option):
+            calls.append(option)
+            return 1
+
+    libraries = {"libc.so.6": Library(4096), None: Library(8192)}  # the process's malloc: another library's
+    monkeypatch.setattr(step.ctypes, "CDLL", lambda name: libraries[name])
+    assert step.retain_freed_memory() is False and calls == []
+    libraries[None] = libraries["libc.so.6"]  # the process's malloc is glibc's
+    assert step.retain_freed_memory() is True and len(calls) == 2
+
+
 FAULTS_PER_ALLOCATION = """
 import resource, sys, torch
 from training.step import retain_freed_memory

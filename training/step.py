@@ -152,8 +152,8 @@ def retain_freed_memory() -> bool:
         libc, process = ctypes.CDLL("libc.so.6"), ctypes.CDLL(None)
     except OSError:
         return False
-    address = lambda library: ctypes.cast(library.malloc, ctypes.c_void_p).value  # noqa: E731
-    if address(process) != address(libc):  # the process's malloc is not glibc's: mallopt would change nothing
+    process_malloc, libc_malloc = (ctypes.cast(lib.malloc, ctypes.c_void_p).value for lib in (process, libc))
+    if process_malloc != libc_malloc:  # the process's malloc is not glibc's: mallopt would change nothing
         return False
     return bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, -1))
 
