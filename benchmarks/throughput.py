@@ -19,9 +19,9 @@ dropout on, one micro-batch of B rows x seq-len per step:
   stock-best-retained
                 stock-best with XPT's allocator setting too (`retain_freed_memory`): stock with every
                 process setting XPT's step uses, so that its ratio isolates the step itself.
-  xpt           XPT as `post_train.py` runs it by default for a long run on this device
-                (`training.step.resolve_speed`: bf16 autocast where the hardware has it; compile on CUDA
-                and on fp32 CPUs, eager under bf16 on CPU; explicit fp32 attention on CPU, SDPA on CUDA;
+  xpt           XPT exactly as `post_train.py` runs it by default on this device, chosen by the same
+                function (`training.step.resolve_speed`: bf16 autocast where the hardware has it; compile
+                on CUDA, eager on every CPU class; explicit fp32 attention on CPU, SDPA on CUDA;
                 threshold dropout masks and retained freed memory (`retain_freed_memory`) on CPU): batches
                 from `training/mlm_data.py`
                 (`build_token_rows` best-fit packing, exact-count `Masker`, `collate`'s block mask and
@@ -99,6 +99,7 @@ if str(REPO_ROOT) not in sys.path:
 from training.config import PostTrainConfig, PhaseConfig  # noqa: E402
 from training.step import (  # noqa: E402
     SpeedSettings,
+    cpu_class,
     resolve_speed,
     retain_freed_memory,
     training_step,
@@ -188,7 +189,13 @@ def load_tokenizer(args, texts, family: str, workdir: Path):
         return AutoTokenizer.from_pretrained(args.tokenizer), args.tokenizer
     from tokenization.train_tokenizer import train_tokenizer
 
-    vocab = args.vocab_size or (2000 if args.size == "tiny" else 32000)
+    # The Unigram trainer needs a piece for every distinct character: size the default to the data,
+    # and refuse a smaller explicit size here, before any model is built.
+    chars = len(set().union(*map(set, texts))) + 16  # + the special tokens, with room to spare
+    vocab = args.vocab_size or max(chars, 2000 if args.size == "tiny" else 32000)
+    if vocab < chars:
+        raise SystemExit(f"--vocab-size {vocab} is smaller than the {chars - 16:,} distinct characters of the "
+                         f"benchmark texts: pass --vocab-size {chars} or more, or omit it")
     train_tokenizer(texts, vocab, family=family, out_dir=str(workdir / "tokenizer"), model_max_length=args.seq_len)
     return AutoTokenizer.from_pretrained(str(workdir / "tokenizer")), f"trained here ({vocab}, {len(texts)} texts)"
 
@@ -465,6 +472,17 @@ def path_settings(args) -> tuple[SpeedSettings, dict[str, Path_]]:
     return best, path_table(best)
 
 
+def cpu_model_name() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else what `platform` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def describe_failure(failure: BaseException) -> str:
     return f"{type(failure).__name__}: {str(failure).splitlines()[0][:200] if str(failure) else ''}"
 
@@ -666,7 +684,8 @@ def main(argv=None) -> int:
         run.mfu = [m * p / peak for m, p in zip(run.mfu, peaks)]
 
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
-    device_name = torch.cuda.get_device_name() if args.device == "cuda" else (platform.processor() or platform.machine())
+    device_name = torch.cuda.get_device_name() if args.device == "cuda" else \
+        f"{cpu_model_name()}, class {cpu_class()}"
     print(f"# {args.size} seq {args.seq_len} batch {args.batch_size}, {args.rounds} rounds x {args.steps_per_round} "
           f"steps, device {args.device} ({device_name}, {torch.get_num_threads()} threads), torch {torch.__version__}, "
           f"dtype {str(dtype).removeprefix('torch.')}, tokenizer {tok_desc} (vocab {vocab}), data {data_desc}")
@@ -714,7 +733,8 @@ def main(argv=None) -> int:
     fmt = lambda v: f"{v:.2f}" if v is not None else "n/a"  # noqa: E731
     print(f"ratio_vs_stock_eager={fmt(xpt / eager if xpt and eager else None)} "
           f"ratio_vs_stock_best={fmt(xpt / stock_best if xpt and stock_best else None)} "
-          f"mfu={f'{xpt_mfu:.3f}' if xpt_mfu is not None else 'n/a'} device={args.device}")
+          f"mfu={f'{xpt_mfu:.3f}' if xpt_mfu is not None else 'n/a'} device={args.device}"
+          + (f" cpu_class={cpu_class()}" if args.device == "cpu" else ""))
     return 0 if not any(r.error for r in runs) else 1
 
 

@@ -1000,20 +1000,21 @@ def test_speed_settings_auto_and_explicit(monkeypatch):
     from training.config import PostTrainConfig
 
     monkeypatch.setattr(step, "cpu_has_fast_bf16", lambda: False)
-    short = step.resolve_speed(PostTrainConfig(), "cpu", planned_steps=100)
-    assert (short.mixed_precision, short.compile, short.fused_adamw, short.masked_capacity) == ("no", False, True, False)
-    long = step.resolve_speed(PostTrainConfig(), "cpu", planned_steps=10 ** 6)
-    assert long.compile and long.masked_capacity and long.mixed_precision == "no"
+    fp32 = step.resolve_speed(PostTrainConfig(), "cpu")  # AVX2 / AVX512 without bf16: eager fp32
+    assert (fp32.mixed_precision, fp32.compile, fp32.fused_adamw, fp32.masked_capacity) == ("no", False, True, False)
+    assert "no native bf16" in step.describe_speed(fp32, "cpu")
     monkeypatch.setattr(step, "cpu_has_fast_bf16", lambda: True)
-    assert step.resolve_speed(PostTrainConfig(), "cpu", planned_steps=100).mixed_precision == "bf16"
-    long_bf16 = step.resolve_speed(PostTrainConfig(), "cpu", planned_steps=10 ** 6)
+    long_bf16 = step.resolve_speed(PostTrainConfig(), "cpu")
     assert (long_bf16.mixed_precision, long_bf16.compile, long_bf16.masked_capacity) == ("bf16", False, False)
-    long_fp32 = step.resolve_speed(PostTrainConfig(mixed_precision="no"), "cpu", planned_steps=10 ** 6)
-    assert long_fp32.compile and long_fp32.masked_capacity
+    asked = step.resolve_speed(PostTrainConfig(mixed_precision="no", compile=True), "cpu")
+    assert asked.compile and asked.masked_capacity  # an explicit compile still gets the static head
+    cuda = step.resolve_speed(PostTrainConfig(mixed_precision="no"), "cuda")
+    assert cuda.compile and cuda.masked_capacity
     off = step.resolve_speed(PostTrainConfig(mixed_precision="no", compile=False, fused_adamw=False,
                                              static_masked_head=False), "cuda")
     assert (off.mixed_precision, off.compile, off.fused_adamw, off.masked_capacity) == ("no", False, False, False)
     assert "compile=off" in step.describe_speed(off, "cuda")
+    assert f"cpu ({step.cpu_class()})" in step.describe_speed(long_bf16, "cpu")
     assert (long_bf16.attention, off.attention) == ("eager", "sdpa")  # auto: the explicit path on CPU, SDPA on CUDA
     sdpa = step.resolve_speed(PostTrainConfig(attn_implementation="sdpa"), "cpu")
     assert sdpa.attention == "sdpa" and "attention=sdpa" in step.describe_speed(sdpa, "cpu")

@@ -125,6 +125,7 @@ from training.mlm_data import (  # noqa: E402
 from training.run_record import SUMMARY_FILE, BatchRecord, DataRecord, PhaseRecord, RunRecord  # noqa: E402
 from training.step import (  # noqa: E402
     SpeedSettings,
+    cpu_class,
     describe_speed,
     resolve_speed,
     retain_freed_memory,
@@ -283,6 +284,8 @@ def hardware(accelerator) -> dict:
             "transformers": transformers.__version__, "python": platform.python_version()}
     if torch.cuda.is_available() and device.startswith("cuda"):
         info["gpu"] = torch.cuda.get_device_name(accelerator.device)
+    else:
+        info["cpu_class"] = cpu_class()
     return info
 
 
@@ -424,8 +427,7 @@ def start_run(config: PostTrainConfig) -> tuple[Accelerator, SpeedSettings, list
               "(`pip install tensorboard`); training without it", file=sys.stderr)
         trackers.remove("tensorboard")
     multi_cpu = launched_multi_cpu()
-    speed = resolve_speed(config, "cuda" if torch.cuda.is_available() and not multi_cpu else "cpu",
-                          planned_steps=sum(p.steps for p in config.resolved_phases()))
+    speed = resolve_speed(config, "cuda" if torch.cuda.is_available() and not multi_cpu else "cpu")
     accelerator = Accelerator(mixed_precision=speed.mixed_precision, log_with=trackers or None,
                               project_dir=str(config.output_dir), step_scheduler_with_optimizer=False,
                               cpu=multi_cpu)
@@ -773,6 +775,9 @@ def write_outputs(run: Run, state: RunState) -> RunRecord:
         save_tokenizer(run.tokenizer, run.output_dir)  # names PreTrainedTokenizerFast, which transformers 4.x loads too
         record.write(run.output_dir)
         run.log(f"saved model, tokenizer and {SUMMARY_FILE} to {run.output_dir}")
+        run.log(f"trained {state.tokens_seen:,} real tokens in {state.train_time_s:.0f} s of steps: "
+                f"{record.tokens_per_s:,.0f} tokens/s on {info.get('gpu') or 'cpu ' + info['cpu_class']} "
+                f"({accelerator.mixed_precision if accelerator.mixed_precision != 'no' else 'fp32'})")
         run.log("final ({}): {}".format(final_split, ", ".join(f"{k} {v:.4g}" for k, v in final_metrics.items())))
         run.log(f"frequency-only baseline ({final_split}, same masks, context ignored): hits@1 "
                 f"{baseline_metrics['hits@1']:.4g}, perplexity {baseline_metrics['perplexity']:.4g}; this model's "

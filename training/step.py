@@ -67,16 +67,31 @@ def _auto_bool(value, default: bool) -> bool:
     return bool(value)
 
 
-def resolve_speed(config, device: str, planned_steps: int | None = None) -> SpeedSettings:
+def cpu_class() -> str:
+    """The CPU's vector class as torch dispatches to it, plus native bf16: "avx2", "avx512",
+    "avx512-bf16", "avx512-bf16-amx", ... (`torch.backends.cpu.get_cpu_capability()` lower-cased).
+    Printed with the speed settings and written to training_summary.json, so that every speed
+    figure names the class it was measured on."""
+    capability = torch.backends.cpu.get_cpu_capability().lower()
+    if capability.startswith("avx512") and cpu_has_fast_bf16():
+        capability = "avx512-bf16"
+        amx = getattr(torch.cpu, "_is_amx_tile_supported", None)
+        if amx is not None and amx():
+            capability += "-amx"
+    return capability
+
+
+def resolve_speed(config, device: str) -> SpeedSettings:
     """Concrete settings from the config's speed fields ("auto" or an explicit value).
 
-    Defaults, from the measurements in docs/BENCHMARKS.md:
-    - mixed precision: `auto_mixed_precision`.
-    - compile: on CUDA; on CPU only in fp32 and for runs of at least `COMPILE_MIN_CPU_TOKENS` token
-      slots (steps x global batch x max_seq_length): on 2 cores each phase's compile costs minutes,
-      which a short run never earns back, and with bf16 autocast the compiled step was slower than
-      the eager one (1,078 against 1,320 real tokens/s at MiniLM size). `planned_steps=None`: a run
-      long enough.
+    Defaults, measured per CPU class with benchmarks/throughput.py (MiniLM size, sequence 128,
+    batch 16, interleaved rounds; docs/BENCHMARKS.md, "Throughput"):
+    - mixed precision: `auto_mixed_precision` (bf16 autocast only where the CPU has native bf16).
+    - compile: on CUDA only. On CPU the eager step was faster on every class measured: AVX512-BF16
+      with bf16 autocast (docs/BENCHMARKS.md) and AVX2 in fp32 (eager 1,159 against compiled 824
+      real tokens/s, medians of 7 rounds on a 2-core AMD EPYC, load average 1.9). AVX512 without
+      native bf16 (fp32) has not been measured; it takes the choice of the closest measured class,
+      AVX2 fp32. Compiling also costs minutes per phase on 2 cores.
     - fused AdamW: on (CPU and CUDA both have the kernel).
     - masked capacity: on whenever compiling (a static LM-head shape avoids recompiles); eager keeps
       the exact-size selection, which costs nothing there.
@@ -92,9 +107,7 @@ def resolve_speed(config, device: str, planned_steps: int | None = None) -> Spee
     if mixed == "auto":
         mixed = auto_mixed_precision(device)
     cuda = device.startswith("cuda")
-    long_run = planned_steps is None or \
-        planned_steps * config.global_batch_size * config.max_seq_length >= COMPILE_MIN_CPU_TOKENS
-    compile_on = _auto_bool(config.compile, cuda or (long_run and mixed == "no"))
+    compile_on = _auto_bool(config.compile, cuda)
     fused = _auto_bool(config.fused_adamw, True)
     capacity = _auto_bool(config.static_masked_head, compile_on)
     attention = config.attn_implementation
@@ -158,15 +171,11 @@ def retain_freed_memory() -> bool:
     return bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, -1))
 
 
-# CPU compile policy for fp32 runs (measured on a 2-core AVX2 machine, docs/BENCHMARKS.md)
-COMPILE_MIN_CPU_TOKENS = 4_000_000
-
-
 def describe_speed(settings: SpeedSettings, device: str) -> str:
-    bf16_note = ""
-    if device == "cpu" and settings.mixed_precision == "no":
-        bf16_note = " (this CPU has no native bf16)" if not cpu_has_fast_bf16() else ""
-    return (f"speed settings on {device}: mixed_precision={settings.mixed_precision}{bf16_note} "
+    where = device
+    if device == "cpu":
+        where = f"cpu ({cpu_class()}" + (", no native bf16)" if not cpu_has_fast_bf16() else ")")
+    return (f"speed settings on {where}: mixed_precision={settings.mixed_precision} "
             f"compile={'inductor' if settings.compile else 'off'} fused_adamw={settings.fused_adamw} "
             f"static_masked_head={settings.masked_capacity} attention={settings.attention} "
             f"dropout_mask={settings.dropout_mask} retain_cpu_memory={settings.retain_memory} (config fields "
