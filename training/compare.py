@@ -32,7 +32,8 @@ from typing import Any  # noqa: E402
 from tokenization.errors import UserError, report_error  # noqa: E402
 from training.run_record import RESULTS_FILE  # noqa: E402
 
-REQUIRED = ("task", "metric", "mean", "std", "scores")
+REQUIRED = ("task", "metric")
+FLOOR = "no-model floor (TF-IDF)"
 
 
 class CompareError(UserError):
@@ -69,23 +70,34 @@ def find_results(paths: list[str]) -> list[Path]:
 
 
 def load_results(files: list[Path]) -> list[dict[str, Any]]:
-    rows = []
+    """A row per fine-tuned model, per probe and per distinct no-model floor found in the files."""
+    rows, floors = [], set()
     for path in files:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as error:
             raise CompareError(f"{path}: not valid JSON ({error})") from None
-        missing = [k for k in REQUIRED if k not in data]
+        missing = [k for k in REQUIRED if k not in data] or \
+            ([] if any(k in data for k in ("scores", "probe", "floor")) else ["scores"])
         if missing:
             raise CompareError(f"{path}: not a finetune.py results.json (missing {missing})")
         post = data.get("post_training") or {}
         method = post.get("method") or Path(str(data.get("model", path.parent))).name
-        rows.append({
-            "file": str(path), "task": data["task"], "metric": data["metric"], "split": data.get("split", "?"),
-            "model": str(data.get("model", "")), "method": method, "sentences": post.get("train_sentences"),
-            "mean": float(data["mean"]), "std": float(data["std"]), "n": len(data["scores"]),
-            "peft": data.get("peft"),
-        })
+        row = {"file": str(path), "task": data["task"], "metric": data["metric"], "split": data.get("split", "?"),
+               "model": str(data.get("model", "")), "method": method, "sentences": post.get("train_sentences"),
+               "peft": data.get("peft")}
+        if "scores" in data:
+            rows.append({**row, "mean": float(data["mean"]), "std": float(data["std"]), "n": len(data["scores"])})
+        for pooling, probe in (data.get("probe") or {}).items():  # one score, no seeds
+            rows.append({**row, "method": f"{method} probe ({pooling})", "split": probe["split"],
+                         "mean": float(probe["score"]), "std": 0.0, "n": 0, "peft": None})
+        if "floor" in data:  # the same splits give the same floor: listed once
+            floor = data["floor"]
+            key = (data["task"], floor["split"], floor["train_examples"], round(float(floor["score"]), 6))
+            if key not in floors:
+                floors.add(key)
+                rows.append({**row, "method": FLOOR, "model": "-", "sentences": None, "split": floor["split"],
+                             "mean": float(floor["score"]), "std": 0.0, "n": 0, "peft": None})
     return rows
 
 
@@ -113,7 +125,7 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
         for r in task_rows:
             method = r["method"] + (f" + {r['peft']}" if r["peft"] else "")
             lines.append(f"| {method} | {_size(r['sentences'])} | {r['model']} | {r['split']} | "
-                         f"{r['mean']:.2f} ± {r['std']:.2f} | {r['n']} |")
+                         f"{r['mean']:.2f} ± {r['std']:.2f} | {r['n'] or '-'} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -138,7 +150,7 @@ def plot_task(task: str, rows: list[dict[str, Any]], out: Path) -> Path:
     for label, row in references:
         name = Path(row["model"]).name
         ax.axhline(row["mean"], linestyle="--", linewidth=1, color="gray",
-                   label=label if name == label else f"{label} ({name})")
+                   label=label if name in (label, "-") else f"{label} ({name})")
     if sizes:
         ax.set_xscale("log")
         ax.set_xticks(sizes)

@@ -61,6 +61,7 @@ from training.run_record import RESULTS_FILE, RecordError, RunRecord  # noqa: E4
 from tokenization.errors import UserError, report_error  # noqa: E402
 from training.tasks import TaskDataError, TaskSpec, load_task_data, spec_from_cli  # noqa: E402
 
+MODES = ("finetune", "probe", "both")
 PAPER_DEFAULTS = {"batch_size": 32, "learning_rate": 5e-5, "epochs": 10, "warmup_ratio": 0.06,
                   "weight_decay": 0.01, "max_length": 128}
 HEAD_CLASSES = {"single": "AutoModelForSequenceClassification", "pair": "AutoModelForSequenceClassification",
@@ -505,26 +506,62 @@ def summarize(spec: TaskSpec, runs: list[dict[str, Any]], args, post_training, s
     for name in [spec.metric] + spec.extra_metrics:
         values = [run[f"{split}_metrics"][name] for run in runs]
         extra[name] = {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0}
-    import torch
-    import transformers
-
     return {
-        "task": spec.name, "metric": spec.metric, "model": str(args.model),
+        **summary_fields(spec, args, post_training, splits),
         "seeds": [run["seed"] for run in runs], "scores": scores,
         "mean": statistics.fmean(scores), "std": statistics.stdev(scores) if len(scores) > 1 else 0.0,
         "std_ddof": 1, "split": split,
         "runs": [{"seed": r["seed"], "dev": r["dev"], "test": r["test"], "best_epoch": r["best_epoch"]} for r in runs],
         "metrics": extra,
-        "post_training": post_training,
         "peft": args.peft,
         "hyperparameters": {k: getattr(args, k) for k in ("batch_size", "learning_rate", "epochs", "warmup_ratio",
                                                          "weight_decay", "max_length", "patience", "max_train_samples",
                                                          "max_eval_samples", "lora_r", "lora_alpha", "pooling")},
+    }
+
+
+def summary_fields(spec: TaskSpec, args, post_training, splits) -> dict[str, Any]:
+    """What every results.json says, whatever the mode: the task, the model, the data, the machine."""
+    import torch
+    import transformers
+
+    return {
+        "task": spec.name, "metric": spec.metric, "model": str(args.model), "post_training": post_training,
         "num_examples": {name: len(rows) for name, rows in splits.items()},
-        "task_spec": spec.to_dict(),
+        "data_seed": args.data_seed, "task_spec": spec.to_dict(),
         "environment": {"device": str(args.device), "torch": torch.__version__, "transformers": transformers.__version__,
                         "python": platform.python_version(), "machine": platform.machine()},
     }
+
+
+def linear_reads(args, spec: TaskSpec, splits, max_length: int, device) -> dict[str, Any]:
+    """The no-model floor (`--floor`) and the probes (`--mode probe|both`) on the splits fine-tuning uses."""
+    from training import linear_reads as reads
+
+    wanted = args.floor or args.mode != "finetune"
+    if wanted and not reads.applies_to(spec):
+        raise TaskDataError(f"--floor and --mode probe read sentence-level tasks (single, pair, regression); "
+                            f"{spec.name} is a {spec.task_type} task")
+    found: dict[str, Any] = {}
+    if args.floor:
+        found["floor"] = reads.floor(spec, splits)
+    if args.mode != "finetune":
+        found["probe"] = reads.probe(args.model, spec, splits, max_length, trust_remote_code=args.trust_remote_code,
+                                     device=str(device))
+    return found
+
+
+def reads_table(spec: TaskSpec, reads: dict[str, Any]) -> str:
+    """The floor and the probes as lines of a Markdown table: dev, test, and STS's cosine without training."""
+    rows = [("no-model floor (TF-IDF)", reads["floor"])] if "floor" in reads else []
+    rows += [(f"linear probe, {pooling}-pooled", result) for pooling, result in reads.get("probe", {}).items()]
+    lines = [f"{spec.name}: {spec.metric}, linear reads (regularisation chosen on dev)",
+             "| read | estimator | dev | test | cosine, no training (dev / test) |", "| --- | --- | ---: | ---: | ---: |"]
+    for name, r in rows:
+        test = f"{r['test']:.2f}" if r.get("test") is not None else "-"
+        cosine = " / ".join(f"{v:.2f}" for v in r["zero_shot"].values()) if r.get("zero_shot") else "-"
+        lines.append(f"| {name} | {r['estimator']} | {r['dev']:.2f} | {test} | {cosine} |")
+    return "\n".join(lines)
 
 
 def summary_table(results: dict[str, Any]) -> str:
@@ -597,6 +634,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pooling", choices=["first", "mean"],
                    help="what an XPT sentence head reads: the first token or the mean over tokens "
                         "(default: the model's classifier_pooling, 'first' unless set)")
+    p.add_argument("--mode", choices=MODES, default="finetune",
+                   help="finetune: fine-tune over --seeds; probe: linear probes of the frozen encoder only "
+                        "(mean- and first-token-pooled states, regularisation chosen on dev; no seeds, seconds on "
+                        "CPU); both: the probes, then fine-tuning (sentence-level tasks; training/linear_reads.py)")
+    p.add_argument("--floor", action="store_true",
+                   help="also score the no-model floor on the same splits: TF-IDF of character 1-3-grams with "
+                        "logistic regression / ridge (and cosine for STS); an encoder is worth using where it "
+                        "scores above it")
     p.add_argument("--peft", choices=["lora"], help="parameter-efficient fine-tuning instead of full fine-tuning")
     p.add_argument("--lora-r", type=int, default=8, help="LoRA rank (with --peft lora)")
     p.add_argument("--lora-alpha", type=int, default=16, help="LoRA scaling alpha (with --peft lora)")
@@ -647,6 +692,11 @@ class PushFailed(RuntimeError):
 
 def check_save_options(args) -> None:
     """The saving and publishing options against each other, before anything is loaded."""
+    if args.mode == "probe":
+        for flag, value in (("--push-to-hub", args.push_to_hub), ("--peft", args.peft), ("--merge", args.merge)):
+            if value:
+                raise TaskDataError(f"{flag} goes with fine-tuning; --mode probe trains no model (use --mode both)")
+        args.save_model = "none"  # a probe is a scikit-learn estimator over frozen states: nothing to save
     if args.merge and args.peft != "lora":
         raise TaskDataError("--merge merges LoRA weights into the base model: use it with --peft lora")
     if args.merge and args.save_model == "none":
@@ -739,9 +789,18 @@ def fine_tune(args) -> dict[str, Any]:
     post_training = post_training_info(args.model, args.post_training_method, args.post_training_sentences)
     check_publishable(args, spec, config, post_training)
     max_length = max_input_length(args.max_length, tokenizer, config)
-    features = build_features(spec, splits, tokenizer, max_length, args.doc_stride, config)
     device = torch.device(args.device)
     out_dir = Path(args.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    reads = linear_reads(args, spec, splits, max_length, device)
+    if args.mode == "probe":
+        results = {**summary_fields(spec, args, post_training, splits), "mode": "probe", **reads,
+                   "split": reads["probe"]["mean"]["split"]}
+        (out_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        print(reads_table(spec, reads))
+        print(f"wrote {out_dir / RESULTS_FILE}")
+        return results
+    features = build_features(spec, splits, tokenizer, max_length, args.doc_stride, config)
     (out_dir / "runs").mkdir(parents=True, exist_ok=True)
     remove_stale(out_dir)
     runs, kept = [], None  # kept: (run record, model) of the best dev score so far
@@ -762,7 +821,7 @@ def fine_tune(args) -> dict[str, Any]:
             runs.append(run_record)
     finally:
         transformers.logging.set_verbosity(verbosity)
-    results = summarize(spec, runs, args, post_training, splits)
+    results = {**summarize(spec, runs, args, post_training, splits), "mode": args.mode, **reads}
     written = {}
     if kept is not None:
         results["saved_model"] = saved_model_record(kept[0], args.peft, args.merge)
@@ -771,6 +830,8 @@ def fine_tune(args) -> dict[str, Any]:
         del kept
     (out_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(summary_table(results))
+    if reads:
+        print(reads_table(spec, reads))
     print(f"wrote {out_dir / 'results.json'}")
     if written:
         saved = results["saved_model"]
