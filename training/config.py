@@ -406,6 +406,51 @@ def resolve_local(path: str) -> Path | None:
     return None
 
 
+# Fields a resumed run may change: they steer the process (where, whether to resume), what is logged
+# or kept, and how batches are fetched, never the numbers. Every other field shapes the weights (data
+# order, batches, schedule, model, seed, precision) or the recorded metrics, and must match the run's.
+RUN_CONTROL = ("output_dir", "resume", "overwrite_output_dir", "dry_run")
+RESUME_FREE = RUN_CONTROL + ("logging_steps", "save_steps", "save_total_limit", "keep_checkpoints", "report_to",
+                             "push_to_hub", "hub_private", "hub_license", "num_workers", "cache_dir",
+                             "retain_cpu_memory")
+
+
+def resume_changes(saved: dict, now: dict) -> tuple[dict, dict]:
+    """(shaping, free): the fields whose value differs between the settings a run was started with
+    (`saved`, `PostTrainConfig.to_dict()`) and the settings it is resumed with, each as {field: [old, new]}.
+    `eval_steps` is free unless early stopping reads the evaluations."""
+    free_fields = set(RESUME_FREE)
+    if now.get("early_stopping_patience") is None and saved.get("early_stopping_patience") is None:
+        free_fields.add("eval_steps")
+    changed = {k: [saved.get(k), now.get(k)] for k in sorted(set(saved) | set(now))
+               if k not in RUN_CONTROL and saved.get(k) != now.get(k)}
+    shaping = {k: v for k, v in changed.items() if k not in free_fields}
+    return shaping, {k: v for k, v in changed.items() if k in free_fields}
+
+
+def refuse_changed_resume(shaping: dict, checkpoint) -> None:
+    """One line naming every changed field with its old and new value, and the ways forward."""
+    if shaping:
+        listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in shaping.items())
+        raise ConfigError("resume", f"{checkpoint} was trained with other settings: {listed}. A resumed run "
+                          "continues the saved schedule, batches and seed, so the change would not take effect or "
+                          "would mix two runs: resume with the run's own settings (drop these options), or start a "
+                          "new run in another --output-dir")
+
+
+def check_json_files(folder: Path, role: str, fix: str) -> None:
+    """Every JSON file transformers reads from a local model or tokenizer folder must parse: a file cut
+    short or damaged is named in one line with `fix`, before anything is written."""
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        path = folder / name
+        if path.is_file():
+            try:
+                json.loads(path.read_text(encoding="utf-8"))
+            except (ValueError, UnicodeDecodeError) as error:
+                raise ConfigError(role, f"{path} does not parse ({type(error).__name__}: "
+                                  f"{str(error).splitlines()[0][:120]}): the file is damaged or cut short; {fix}") from None
+
+
 def validate_config(c: PostTrainConfig, world_size: int | None = None, check_data: bool = True) -> None:
     for name, value in dataclasses.asdict(c).items():
         if isinstance(value, float) and not math.isfinite(value):
@@ -481,6 +526,14 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
         raise ConfigError("data", f"{c.data!r} is neither an existing path, 'konlpy', nor a Hub dataset id")
     if c.resume not in (None, "latest") and not Path(c.resume).is_dir():
         raise ConfigError("resume", f"{c.resume!r} is neither 'latest' nor a checkpoint folder")
+    if check_data:
+        local_tokenizer = resolve_local(c.tokenizer) if c.tokenizer else None
+        if local_tokenizer is not None and local_tokenizer.is_dir():
+            check_json_files(local_tokenizer, "tokenizer", "train it again (python -m tokenization.train_tokenizer) "
+                             "or copy it again, and check the path")
+        local_source = resolve_local(c.source) if not c.source.startswith("package:") else None
+        if local_source is not None and local_source.is_dir():
+            check_json_files(local_source, "source", "download or copy the model again, and check the path")
     if world_size is not None:
         c.batch_layout(world_size)
     else:

@@ -514,10 +514,35 @@ def summarize(spec: TaskSpec, runs: list[dict[str, Any]], args, post_training, s
         "runs": [{"seed": r["seed"], "dev": r["dev"], "test": r["test"], "best_epoch": r["best_epoch"]} for r in runs],
         "metrics": extra,
         "peft": args.peft,
-        "hyperparameters": {k: getattr(args, k) for k in ("batch_size", "learning_rate", "epochs", "warmup_ratio",
-                                                         "weight_decay", "max_length", "patience", "max_train_samples",
-                                                         "max_eval_samples", "lora_r", "lora_alpha", "pooling")},
+        "hyperparameters": hyperparameters(args),
     }
+
+
+def hyperparameters(args) -> dict[str, Any]:
+    return {k: getattr(args, k) for k in ("batch_size", "learning_rate", "epochs", "warmup_ratio", "weight_decay",
+                                          "max_length", "patience", "max_train_samples", "max_eval_samples", "lora_r",
+                                          "lora_alpha", "pooling")}
+
+
+def check_reused_folder(args, seeds: list[int]) -> None:
+    """An output folder holding the results of a run with other options is refused (its results.json and
+    runs/ would describe two runs at once) unless --overwrite-output-dir; the same options may run again."""
+    path = Path(args.output_dir) / RESULTS_FILE
+    if not path.is_file():
+        return
+    try:
+        before = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        before = {}
+    now = {"model": str(args.model), "task": args.task, "mode": args.mode, "seeds": seeds, "peft": args.peft,
+           "data_seed": args.data_seed, **hyperparameters(args)}
+    was = {"mode": "finetune", **before, **(before.get("hyperparameters") or {})}
+    changed = {k: (was.get(k), v) for k, v in now.items() if k in was and was.get(k) != v and
+               not (k == "seeds" and now["mode"] == "probe")}
+    if changed and not args.overwrite_output_dir:
+        listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
+        raise TaskDataError(f"--output-dir {args.output_dir} holds the results of a run with other options ({listed}): "
+                            "choose another --output-dir, or pass --overwrite-output-dir to replace them")
 
 
 def summary_fields(spec: TaskSpec, args, post_training, splits) -> dict[str, Any]:
@@ -672,6 +697,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bf16 autocast of forward and backward (weights and AdamW stay fp32); auto: bf16 on CUDA "
                         "with bf16 and on CPUs with native bf16 (AVX512-BF16 or AMX), where it is faster, else no")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--overwrite-output-dir", action="store_true",
+                   help="replace the results of an earlier run with other options in --output-dir")
     return p
 
 
@@ -783,6 +810,7 @@ def fine_tune(args) -> dict[str, Any]:
         if name not in allowed:
             raise TaskDataError(f"metric {name!r} does not fit a {spec.task_type} task; use one of {list(allowed)}")
     seeds = parse_seeds(args.seeds)
+    check_reused_folder(args, seeds)
     splits = load_task_data(spec, args.data_dir, args.max_train_samples, args.max_eval_samples, args.data_seed)
     args.trust_remote_code = trusts_remote_code(args.model, args.trust_remote_code)
     tokenizer, config = load_tokenizer_and_config(args.model, spec, args.trust_remote_code)
@@ -829,6 +857,9 @@ def fine_tune(args) -> dict[str, Any]:
                                 merge=args.merge)
         del kept
     (out_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    for stale in (out_dir / "runs").glob("seed_*.json"):  # seeds of an earlier run that this one did not train
+        if stale.stem.removeprefix("seed_") not in {str(s) for s in seeds}:
+            stale.unlink()
     print(summary_table(results))
     if reads:
         print(reads_table(spec, reads))

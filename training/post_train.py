@@ -104,6 +104,8 @@ from training.config import (  # noqa: E402
     load_config,
     missing_data,
     resolve_local,
+    refuse_changed_resume,
+    resume_changes,
     resolve_source,
     source_family,
     tokenizer_family,
@@ -325,6 +327,8 @@ class RunState:
     train_time_s: float = 0.0  # optimiser steps only (no data preparation, evaluation, saving)
     phase_records: list[PhaseRecord] = field(default_factory=list)  # one per finished phase
     valid_history: list[dict] = field(default_factory=list)  # every evaluation on valid
+    settings: dict | None = None  # the run's PostTrainConfig.to_dict(), checked when it is resumed
+    setting_changes: list[dict] = field(default_factory=list)  # allowed changes on resume (RunRecord)
 
     @classmethod
     def from_checkpoint(cls, checkpoint: Path) -> RunState:
@@ -406,6 +410,7 @@ def run_post_training(config: PostTrainConfig, on_step_end: Callable[[RunState],
         return RunRecord.read(output_dir)
     resume_from = resume_point(config, accelerator.print)
     state = RunState.from_checkpoint(resume_from) if resume_from else RunState()
+    check_resumed_settings(config, state, resume_from, accelerator.print)
     set_seed(config.seed)
     run = prepare_run(config, accelerator, speed, trackers, resume_from, state, clock)
     progress = tqdm(total=sum(p.steps for p in run.phases), initial=state.step,
@@ -460,6 +465,23 @@ def claim_output_dir(config: PostTrainConfig, accelerator: Accelerator) -> None:
         for name in (SUMMARY_FILE, LOSS_LOG):
             (output_dir / name).unlink(missing_ok=True)
     accelerator.wait_for_everyone()
+
+
+def check_resumed_settings(config: PostTrainConfig, state: RunState, resume_from: Path | None, log) -> None:
+    """A resumed run must have the settings it was started with, except those that cannot change the
+    numbers (`training.config.resume_changes`); those changes are recorded with the step they start after."""
+    now = json.loads(json.dumps(config.to_dict()))  # as saved in the checkpoint (tuples as lists)
+    if resume_from is not None and state.settings is None:
+        log(f"note: {resume_from} holds no record of its settings (written by an earlier version); they are not "
+            "compared with this run's")
+    elif resume_from is not None:
+        shaping, free = resume_changes(state.settings, now)
+        refuse_changed_resume(shaping, resume_from)
+        if free:
+            state.setting_changes.append({"step": state.step, "changed": free})
+            log("resumed with changed settings that do not change the weights: " + ", ".join(
+                f"{k} {old!r} -> {new!r}" for k, (old, new) in free.items()))
+    state.settings = now
 
 
 def resume_point(config: PostTrainConfig, log) -> Path | None:
@@ -768,6 +790,7 @@ def write_outputs(run: Run, state: RunState) -> RunRecord:
         frequency_baseline=baseline_metrics,
         valid_history=state.valid_history,
         resumed=run.resume_from is not None,
+        setting_changes=state.setting_changes,
         config=config.to_dict(),
     )
     if accelerator.is_main_process:

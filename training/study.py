@@ -617,9 +617,12 @@ def run_study(spec: StudySpec, out: Path, resume: bool = False) -> Path:
     if saved.is_file():
         if not resume:
             raise StudyError(f"{out} already holds a study: continue it with --resume, or choose another --out")
-        if json.loads(saved.read_text(encoding="utf-8")) != json.loads(json.dumps(spec.to_dict())):
-            raise StudyError(f"{out} holds a study with a different spec ({saved}); resume it with the same "
-                             "preset/spec, or choose another --out")
+        before, now = json.loads(saved.read_text(encoding="utf-8")), json.loads(json.dumps(spec.to_dict()))
+        changed = {k: (before.get(k), now.get(k)) for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)}
+        if changed:
+            listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
+            raise StudyError(f"{out} holds a study with another spec ({saved}): {listed}; its finished runs would be "
+                             "mixed with runs of the new spec: resume it with the same preset/spec, or choose another --out")
     else:
         saved.write_text(json.dumps(spec.to_dict(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     started = time.time()

@@ -1,0 +1,123 @@
+"""Resuming post-training with changed settings: refused where the change would shape the weights,
+recorded where it cannot; damaged tokenizer and source files named in one line."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from tests.test_post_train import (  # noqa: F401 - tiny and fresh_accelerate_state are fixtures
+    fresh_accelerate_state, losses, run_args, run_inprocess, run_killed_after, run_subprocess, tiny)
+from training import post_train
+
+COMMON = dict(train_steps=8, phase1_steps=4, save_steps=2, save_total_limit=10)
+
+
+@pytest.fixture(scope="module")
+def killed(tiny, tmp_path_factory):
+    """A run killed after step 5 (one checkpoint, at step 2: the end of phase 1 at step 4 is not
+    checkpointed, so a resumed run crosses the phase boundary), and the same run uninterrupted."""
+    root = tmp_path_factory.mktemp("resume-guard")
+    full, cut = root / "full", root / "cut"
+    run_subprocess(run_args(tiny, full, **COMMON))
+    run_killed_after(5, run_args(tiny, cut, **COMMON))
+    return full, cut
+
+
+# field class -> a change on resume, and the text naming it in the refusal
+REFUSED = {
+    "schedule": ({"learning_rate": "1e-4"}, "learning_rate 0.003 -> 0.0001"),
+    "schedule-length": ({"train_steps": "12"}, "train_steps 8 -> 12"),
+    "batch": ({"global_batch_size": "4"}, "global_batch_size 8 -> 4"),
+    "data": ({"max_train_sentences": "100"}, "max_train_sentences None -> 100"),
+    "model": ({"method": "xpt-sp"}, "method 'xpt' -> 'xpt-sp'"),
+    "seed": ({"seed": "7"}, "seed 42 -> 7"),
+    "precision": ({"mixed_precision": "bf16"}, "mixed_precision 'auto' -> 'bf16'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_a_resume_that_changes_the_run_is_refused_in_one_line(case, killed, tiny, tmp_path):
+    _, cut = killed
+    folder = tmp_path / "cut"
+    shutil.copytree(cut, folder)
+    change, named = REFUSED[case]
+    args = run_args(tiny, folder, **{**COMMON, **change}) + ["--resume", "latest"]
+    proc = run_subprocess(args, check=False)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and named in lines[0] and "checkpoint-2" in lines[0] and "--output-dir" in lines[0]
+    assert not (folder / "training_summary.json").exists()
+    assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == ["checkpoint-2"]
+
+
+def test_a_harmless_change_resumes_exactly_and_is_recorded(killed, tiny, tmp_path, capsys):
+    full, cut = killed
+    folder = tmp_path / "cut"
+    shutil.copytree(cut, folder)
+    summary = run_inprocess(run_args(tiny, folder, **{**COMMON, "save_steps": 3, "save_total_limit": 4})
+                            + ["--resume", "latest"])
+    assert losses(folder) == losses(full)  # checkpoint cadence changes no number
+    assert summary["setting_changes"] == [{"step": 2, "changed": {"save_steps": [2, 3], "save_total_limit": [10, 4]}}]
+    assert summary["config"]["save_steps"] == 3
+    assert "resumed with changed settings that do not change the weights" in capsys.readouterr().out
+    assert "setting_changes" not in json.loads((full / "training_summary.json").read_text())
+
+
+def test_eval_cadence_is_free_unless_early_stopping_reads_it(killed, tiny, tmp_path):
+    _, cut = killed
+    folder = tmp_path / "cut"
+    shutil.copytree(cut, folder)
+    proc = run_subprocess(run_args(tiny, folder, **{**COMMON, "eval_steps": 5, "early_stopping_patience": 3})
+                          + ["--resume", "latest"], check=False)
+    assert proc.returncode == 2 and "eval_steps 3 -> 5" in proc.stderr and "early_stopping_patience" in proc.stderr
+
+
+@pytest.mark.parametrize("role", ["tokenizer", "source"])
+def test_a_damaged_json_file_is_named_in_one_line_and_nothing_is_written(role, tiny, tmp_path, capsys):
+    source, tokenizer = tiny["bert"]
+    folder = tmp_path / role
+    shutil.copytree(tokenizer if role == "tokenizer" else source, folder)
+    damaged = folder / ("tokenizer.json" if role == "tokenizer" else "config.json")
+    damaged.write_bytes(damaged.read_bytes()[: damaged.stat().st_size // 2])  # cut short, as by a failed copy
+    out = tmp_path / "out"
+    assert post_train.main(run_args(tiny, out, **{role: folder})) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and str(damaged) in err[0] and "damaged or cut short" in err[0]
+    assert not out.exists()
+
+
+def test_a_finetuning_folder_reused_with_other_options_is_refused(tmp_path, capsys):
+    """Fine-tuning has no resume, but a folder holding another run's results would describe two runs:
+    other options are refused in one line, the same options run again, --overwrite-output-dir replaces."""
+    from tests.test_finetune import stock_model_dir, toy_sentiment_dir
+    from training import finetune
+
+    model, data, out = stock_model_dir(tmp_path / "bert"), toy_sentiment_dir(tmp_path / "toy"), tmp_path / "out"
+    base = ["--model", str(model), "--task", "nsmc", "--data-dir", str(data), "--output-dir", str(out),
+            "--no-progress", "--epochs", "1", "--batch-size", "16", "--save-model", "none"]
+    assert finetune.main(base + ["--seeds", "2"]) == 0
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["seed_0.json", "seed_1.json"]
+    capsys.readouterr()
+    assert finetune.main(base + ["--seeds", "1", "--learning-rate", "1e-4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "learning_rate 5e-05 -> 0.0001" in err and "seeds [0, 1] -> [0]" in err
+    assert finetune.main(base + ["--seeds", "2"]) == 0  # the same options: runs again
+    assert finetune.main(base + ["--seeds", "1", "--overwrite-output-dir"]) == 0
+    assert json.loads((out / "results.json").read_text())["seeds"] == [0]
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["seed_0.json"]  # no seed of the earlier run left
+
+
+def test_a_study_resumed_with_another_spec_is_refused_naming_the_fields(tmp_path):
+    from training import study
+
+    spec = study.StudySpec.from_dict({"sizes": [100, 200], "tasks": {"korsts": "../shared/data/tasks/korsts"},
+                                      "post_training": {"train_steps": 10}})
+    out = tmp_path / "study"
+    out.mkdir()
+    saved = {**json.loads(json.dumps(spec.to_dict())), "sizes": [100, 400]}
+    (out / study.SPEC_FILE).write_text(json.dumps(saved))
+    with pytest.raises(study.StudyError, match=r"sizes \[100, 400\] -> \[100, 200\]"):
+        study.run_study(spec, out, resume=True)
+    assert sorted(p.name for p in out.iterdir()) == [study.SPEC_FILE]  # nothing started
