@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 
 import numpy as np
 import pytest
@@ -12,7 +13,8 @@ from scipy.stats import spearmanr
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression, Ridge
 
-from tests.test_finetune import args_for, stock_model_dir, toy_sentiment_dir, toy_sts_dir, xpt_model_dir
+from tests.test_finetune import args_for, stock_model_dir, toy_sentiment_dir, toy_sts_dir, write_tsv, xpt_model_dir
+from tests.test_post_train import WORDS, fresh_accelerate_state, tiny  # noqa: F401 - fixtures
 from tests.model_factories import KOREAN_WORDS, word_tokenizer
 from training import compare, finetune, linear_reads
 from training.tasks import TaskDataError, get_task, load_task_data
@@ -65,7 +67,8 @@ def test_sts_floor_ridge_and_cosine_match_a_recomputation(tmp_path):
     assert result["test"] == pytest.approx(100 * spearmanr(by_alpha[best].predict(features["test"]), gold["test"])[0],
                                            abs=1e-6)
     u, v = dense["test"]
-    cosine = np.round((u * v).sum(1) / np.maximum(np.linalg.norm(u, axis=1) * np.linalg.norm(v, axis=1), 1e-12), 10)
+    cosine = np.round((u * v).sum(1) / np.maximum(np.linalg.norm(u, axis=1) * np.linalg.norm(v, axis=1), 1e-12),
+                      linear_reads.ROUND_COSINE)
     assert result["zero_shot"]["test"] == pytest.approx(100 * spearmanr(cosine, gold["test"])[0], abs=1e-6)
     assert result["zero_shot"]["test"] > 50  # the toy score is the number of shared words
 
@@ -125,3 +128,65 @@ def test_probe_mode_trains_nothing_and_refuses_publishing(tmp_path, capsys):
     assert code == 2 and "--mode probe trains no model" in capsys.readouterr().err
     with pytest.raises(TaskDataError, match="sentence-level"):
         finetune.linear_reads(argparse.Namespace(floor=True, mode="finetune"), get_task("klue-ner"), {}, 16, "cpu")
+
+
+def test_learning_curve_probes_every_checkpoint_with_its_own_weights(tiny, tmp_path):
+    """Each point is the checkpoint's weights in the run's architecture: rebuilt folders hold exactly the
+    checkpoint's tensors, and the finished model is read as it was saved."""
+    from tests.test_post_train import checkpoint_weights, run_args, run_inprocess
+    from training import learning_curve as lc
+    from training.checkpointing import list_checkpoints
+
+    run = tmp_path / "run"
+    run_inprocess(run_args(tiny, run, train_steps=6, phase1_steps=2, save_steps=3))
+    checkpoints = list_checkpoints(run)
+    assert [s for s, _ in checkpoints] == [3]
+    task_dir = tmp_path / "toy"
+    rows = [[i, " ".join(random.Random(i).sample(WORDS, 4)), i % 2] for i in range(60)]
+    for split, part in (("train", rows[:40]), ("dev", rows[40:])):
+        write_tsv(task_dir / f"{split}.tsv", ["id", "document", "label"], part)
+    curve = lc.learning_curve(run, {"nsmc": str(task_dir)}, None, 16)
+    assert [p["step"] for p in curve["points"]] == [3, 6]
+    assert curve["floor"]["nsmc"]["train_examples"] == 40
+    from transformers import AutoModelForMaskedLM
+    step, path = checkpoints[0]
+    config = lc.run_config(run, path, None)  # the settings saved in the checkpoint
+    folder = lc.checkpoint_model(run, path, config, tmp_path / "ckpt")
+    saved = AutoModelForMaskedLM.from_pretrained(folder, trust_remote_code=True).state_dict()
+    for name, tensor in checkpoint_weights(path).items():
+        assert torch.equal(saved[name], tensor), name
+    direct = linear_reads.probe(run, get_task("nsmc"), load_task_data(get_task("nsmc"), task_dir), 16)
+    assert direct["mean"]["dev"] == curve["points"][-1]["probe"]["nsmc"]["mean"]["dev"]
+    assert "| 6 |" in lc.table(curve)
+
+
+def test_bi_encoder_sts_starts_at_the_cosine_and_never_ends_below_it_on_dev(tmp_path):
+    """--pair-encoding bi: epoch 0 is the encoder's cosine without training (the probe's zero-shot
+    figure on the same dev split); the kept state is the best on dev, epoch 0 included; model/ reloads
+    as a sentence encoder with the same test score."""
+    from transformers import AutoModel, AutoTokenizer
+
+    model = stock_model_dir(tmp_path / "bert")
+    data = toy_sts_dir(tmp_path / "sts")
+    results = finetune.run(args_for(model, "korsts", data, tmp_path / "out", "--pair-encoding", "bi", "--epochs", "3",
+                                    "--learning-rate", "1e-3", "--floor", "--mode", "both", "--max-length", "16",
+                                    "--mixed-precision", "no"))
+    run = json.loads((tmp_path / "out" / "runs" / "seed_0.json").read_text())
+    zero_shot = results["probe"]["mean"]["zero_shot"]["dev"]
+    assert run["epochs"][0]["epoch"] == 0 and run["epochs"][0]["dev"]["spearman"] == pytest.approx(zero_shot, abs=1e-4)
+    assert run["dev"] == max(e["dev"]["spearman"] for e in run["epochs"]) >= zero_shot - 1e-4
+    assert results["hyperparameters"]["pair_encoding"] == "bi"
+    encoder = AutoModel.from_pretrained(tmp_path / "out" / "model").eval()  # a plain sentence encoder
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "out" / "model")
+    rows = load_task_data(get_task("korsts"), data)["test"]
+    u = linear_reads.encode(encoder, tokenizer, [r["sentence1"] for r in rows], 16)["mean"]
+    v = linear_reads.encode(encoder, tokenizer, [r["sentence2"] for r in rows], 16)["mean"]
+    cosine = np.round((u * v).sum(1) / (np.linalg.norm(u, axis=1) * np.linalg.norm(v, axis=1)), linear_reads.ROUND_COSINE)
+    assert 100 * spearmanr(cosine, [float(r["score"]) for r in rows])[0] == pytest.approx(results["scores"][0], abs=0.5)
+
+
+def test_bi_encoder_is_refused_where_it_means_nothing(tmp_path, capsys):
+    model, data = stock_model_dir(tmp_path / "bert"), toy_sentiment_dir(tmp_path / "toy")
+    code = finetune.main(["--model", str(model), "--task", "nsmc", "--data-dir", str(data), "--output-dir",
+                          str(tmp_path / "o"), "--pair-encoding", "bi"])
+    assert code == 2 and "sentence-pair regression" in capsys.readouterr().err

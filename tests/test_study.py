@@ -181,22 +181,23 @@ def test_tiny_study_survives_kill_and_resumes(shared_data, tmp_path):
     test_ids = {json.loads(line)["id"] for line in (held / "test.jsonl").read_text().splitlines()}
     train_ids = {json.loads(line)["id"] for line in (held / "train.jsonl").read_text().splitlines()}
     assert len(test_ids) == 200 and not test_ids & train_ids
-    # KorSTS is also scored without fine-tuning on its whole test split, and recomputing gives the same figure
-    from training.embedding_similarity import token_overlap_similarity, zero_shot_similarity
+    # the floor and the probes were computed on exactly fine-tuning's splits: recomputed, the same figures
+    from training import linear_reads
     from training.tasks import get_task, load_task_data
 
-    korsts = get_task("korsts")
-    test_rows = load_task_data(korsts, study.resolve_relative(spec.tasks["korsts"].data_dir))["test"]
-    assert all("zero_shot" not in run["tasks"]["nsmc"] for run in report["runs"])
-    first = report["runs"][0]
-    assert first["tasks"]["korsts"]["zero_shot"] == zero_shot_similarity(out / first["model"], korsts, test_rows, 32)
-    assert all(run["tasks"]["korsts"]["zero_shot"]["pairs"] == len(test_rows) for run in report["runs"])
-    from transformers import AutoTokenizer
-
-    reference = token_overlap_similarity(AutoTokenizer.from_pretrained(out / "tokenizer"), korsts, test_rows, 32)
-    assert report["zero_shot_reference"]["korsts"] == reference
     markdown = (out / "report" / "results.md").read_text()
-    assert f"No-model reference (cosine of the sentences' token counts under the same tokenizer): {reference['spearman']:.1f}." in markdown
+    for task in spec.tasks:
+        options = study.finetune_options(spec, task)
+        data_dir = out / "tasks" / task if spec.tasks[task].hold_out_test else study.resolve_relative(spec.tasks[task].data_dir)
+        splits = load_task_data(get_task(task), data_dir, options["max_train_samples"], options["max_eval_samples"], 0)
+        floor = linear_reads.floor(get_task(task), splits)
+        assert report["floor"][task]["score"] == floor["score"]
+        assert f"No-model floor (TF-IDF of character 1-3-grams, {floor['estimator']}): **{floor['score']:.1f}**" in markdown
+        first = report["runs"][0]
+        probe = linear_reads.probe(out / first["model"], get_task(task), splits, options["max_length"])
+        assert first["tasks"][task]["probe"] == {p: r["score"] for p, r in probe.items()}
+        assert report["source"][task]["probe"]["mean"] is not None
+    assert all("zero_shot" not in run["tasks"]["nsmc"] and "zero_shot" in run["tasks"]["korsts"] for run in report["runs"])
     for task in spec.tasks:
         assert (out / "report" / f"{task}.png").stat().st_size > 1000
         assert report["data_efficiency"][task]["text"] in markdown

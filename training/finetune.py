@@ -55,7 +55,7 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
-from training import metrics_downstream  # noqa: E402
+from training import metrics_downstream, sentence_similarity  # noqa: E402
 from training.finetuned_model import SAVE_CHOICES  # noqa: E402
 from training.run_record import RESULTS_FILE, RecordError, RunRecord  # noqa: E402
 from tokenization.errors import UserError, report_error  # noqa: E402
@@ -285,10 +285,14 @@ def encode_qa_task(spec: TaskSpec, rows, tokenizer, max_length: int, stride: int
     return features
 
 
-def build_features(spec: TaskSpec, splits, tokenizer, max_length: int, doc_stride: int, config=None):
+def build_features(spec: TaskSpec, splits, tokenizer, max_length: int, doc_stride: int, config=None,
+                   pair_encoding: str = "cross"):
     out = {}
     for split, rows in splits.items():
-        if spec.task_type == "token":
+        if pair_encoding == "bi":
+            out[split] = sentence_similarity.encode_pairs(spec.text_columns, spec.label_column, rows, tokenizer,
+                                                          max_length)
+        elif spec.task_type == "token":
             out[split] = encode_token_task(spec, rows, tokenizer, max_length, spec.labels)
         elif spec.task_type == "qa":
             out[split] = encode_qa_task(spec, rows, tokenizer, max_length, min(doc_stride, max_length // 4))
@@ -312,6 +316,8 @@ def collate(features, pad_token_id: int, task_type: str) -> dict[str, torch.Tens
     for key, pad in (("input_ids", pad_token_id), ("attention_mask", 0), ("token_type_ids", 0)):
         if key in features[0]:
             batch[key] = torch.tensor([f[key] + [pad] * (length - len(f[key])) for f in features], dtype=torch.long)
+    if "input_ids_b" in features[0]:  # a bi-encoder pair: the second sentences padded on their own
+        batch.update(sentence_similarity.pad_second(features, pad_token_id))
     if task_type == "token":
         batch["labels"] = torch.tensor([f["labels"] + [-100] * (length - len(f["labels"])) for f in features])
     elif task_type == "qa":
@@ -407,7 +413,7 @@ def set_seed(seed: int) -> None:
 
 def accepted_inputs(model) -> set[str]:
     parameters = inspect.signature(model.forward).parameters
-    names = set(MODEL_INPUTS) | {"labels", "start_positions", "end_positions"}
+    names = set(MODEL_INPUTS) | {"labels", "start_positions", "end_positions"} | set(sentence_similarity.SECOND)
     if any(p.kind == p.VAR_KEYWORD for p in parameters.values()):
         # Remote-code and stock encoders take **kwargs; keep token_type_ids only where named.
         return {n for n in names if n in parameters or n != "token_type_ids"}
@@ -425,7 +431,13 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
     if args.mixed_precision == "auto":
         args.mixed_precision = auto_mixed_precision(device.type)
     set_seed(seed)
-    model = load_model(args.model, spec, config, spec.labels, args.pooling, args.trust_remote_code)
+    if args.pair_encoding == "bi":
+        from transformers import AutoModel
+
+        model = sentence_similarity.CosineSimilarityRegressor(
+            AutoModel.from_pretrained(args.model, trust_remote_code=args.trust_remote_code), spec.label_range or (0.0, 1.0))
+    else:
+        model = load_model(args.model, spec, config, spec.labels, args.pooling, args.trust_remote_code)
     accepted = accepted_inputs(model)
     if args.peft == "lora":
         model = apply_lora(model, spec, args.lora_r, args.lora_alpha, args.lora_dropout)
@@ -441,6 +453,11 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
     best_score, best_epoch, best_state, best_dev, stale = -math.inf, 0, None, {}, 0
     epochs, step_losses = [], []
     started = time.time()
+    if args.pair_encoding == "bi":  # it starts at the zero-shot cosine: fine-tuning must beat it on dev to count
+        best_dev = evaluate_split(model, spec, features["dev"], splits["dev"], args, pad, device, accepted)
+        best_score = best_dev[spec.metric]
+        best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        epochs.append({"epoch": 0, "train_loss": None, "dev": best_dev})
     for epoch in range(1, args.epochs + 1):
         model.train()
         losses = []
@@ -521,7 +538,7 @@ def summarize(spec: TaskSpec, runs: list[dict[str, Any]], args, post_training, s
 def hyperparameters(args) -> dict[str, Any]:
     return {k: getattr(args, k) for k in ("batch_size", "learning_rate", "epochs", "warmup_ratio", "weight_decay",
                                           "max_length", "patience", "max_train_samples", "max_eval_samples", "lora_r",
-                                          "lora_alpha", "pooling")}
+                                          "lora_alpha", "pooling", "pair_encoding")}
 
 
 def check_reused_folder(args, seeds: list[int]) -> None:
@@ -656,6 +673,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tokens per example after truncation (pairs: both sentences together)")
     p.add_argument("--doc-stride", type=int, default=128, help="QA window overlap (capped at max_length/4)")
     p.add_argument("--patience", type=int, default=0, help="stop after this many epochs without dev improvement (0: off)")
+    p.add_argument("--pair-encoding", choices=["auto", "cross", "bi"], default="auto",
+                   help="sentence-pair regression (STS): cross = both sentences in one sequence with a regression "
+                        "head; bi = the cosine of the two mean-pooled sentence vectors, trained with MSE "
+                        "(training/sentence_similarity.py; the saved model/ is the encoder); auto: cross")
     p.add_argument("--pooling", choices=["first", "mean"],
                    help="what an XPT sentence head reads: the first token or the mean over tokens "
                         "(default: the model's classifier_pooling, 'first' unless set)")
@@ -715,6 +736,21 @@ def run(args) -> dict[str, Any]:
 
 class PushFailed(RuntimeError):
     """The run finished and saved its model, but publishing it failed; the message says how to retry."""
+
+
+def resolve_pair_encoding(args, spec: TaskSpec) -> None:
+    """`--pair-encoding auto` -> cross; bi only where it means something (sentence-pair regression)."""
+    if args.pair_encoding == "auto":
+        args.pair_encoding = "cross"
+    if args.pair_encoding != "bi":
+        return
+    if spec.task_type != "regression" or len(spec.text_columns) != 2:
+        raise TaskDataError(f"--pair-encoding bi fine-tunes sentence-pair regression (STS) tasks; {spec.name} is a "
+                            f"{spec.task_type} task with {len(spec.text_columns)} text column(s)")
+    for flag, value in (("--peft", args.peft), ("--pooling", args.pooling), ("--push-to-hub", args.push_to_hub)):
+        if value:
+            raise TaskDataError(f"{flag} does not go with --pair-encoding bi (mean pooling, full fine-tuning; the "
+                                "saved model/ is a sentence encoder, not a classification model)")
 
 
 def check_save_options(args) -> None:
@@ -805,6 +841,7 @@ def fine_tune(args) -> dict[str, Any]:
     check_save_options(args)
     spec = spec_from_cli(args.task, args.task_spec, args.task_type, args.text_columns, args.label_column,
                          args.labels, args.metric)
+    resolve_pair_encoding(args, spec)
     allowed = metrics_downstream.METRICS_FOR_TYPE[spec.task_type]
     for name in [spec.metric] + spec.extra_metrics:
         if name not in allowed:
@@ -828,7 +865,7 @@ def fine_tune(args) -> dict[str, Any]:
         print(reads_table(spec, reads))
         print(f"wrote {out_dir / RESULTS_FILE}")
         return results
-    features = build_features(spec, splits, tokenizer, max_length, args.doc_stride, config)
+    features = build_features(spec, splits, tokenizer, max_length, args.doc_stride, config, args.pair_encoding)
     (out_dir / "runs").mkdir(parents=True, exist_ok=True)
     remove_stale(out_dir)
     runs, kept = [], None  # kept: (run record, model) of the best dev score so far

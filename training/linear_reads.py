@@ -37,6 +37,7 @@ from training.tasks import TaskSpec
 C_GRID = (0.1, 1.0, 10.0)  # logistic regression: inverse regularisation, chosen on dev
 ALPHA_GRID = (0.1, 1.0, 10.0, 100.0)  # ridge: regularisation, chosen on dev
 POOLINGS = ("mean", "first")  # sentence vectors of `encode`
+ROUND_COSINE = 6  # decimals: far above fp32 rounding noise (about 1e-7), far below any real difference
 TFIDF = {"analyzer": "char_wb", "ngram_range": (1, 3), "sublinear_tf": True}
 
 
@@ -68,8 +69,8 @@ def _cosine(u, v) -> np.ndarray:
     else:
         dot = (u * v).sum(1)
         norms = np.linalg.norm(u, axis=1) * np.linalg.norm(v, axis=1)
-    # rounded: identical sentences must tie exactly, whatever the order of the floating-point sums
-    return np.round(dot / np.maximum(norms, 1e-12), 10)
+    # rounded (ROUND_COSINE): identical sentences must tie exactly, whatever the order of the fp32 sums
+    return np.round(dot / np.maximum(norms, 1e-12), ROUND_COSINE)
 
 
 def _score(spec: TaskSpec, predictions, rows) -> dict[str, float]:

@@ -19,11 +19,14 @@ stages, each using the package's own tools, each resumable:
    seed (so the same batches and masks), steps and batch size, so the same token budget; only the
    number of distinct training sentences changes. Each run is a normal output folder
    (`OUT/models/<method>-<size>`) that the Auto classes load.
-4. fine-tuning: `training.finetune` on every task for every model with `finetune.seeds` seeds,
-   best epoch chosen on dev, reported on test. A task without a test split gets one held out of
-   its train split (`hold_out_test`, fixed seed) before anything is trained. Pair regression tasks
-   (KorSTS) are also scored without fine-tuning (`training.embedding_similarity`: cosine of
-   mean-pooled states on the whole test split), which shows what post-training alone gave.
+4. fine-tuning and linear reads: `training.finetune --mode both --floor` on every task for every
+   model: linear probes of the frozen encoder (`training/linear_reads.py`: mean- and first-token
+   pooling, regularisation chosen on dev; STS also as the cosine without training), then
+   `finetune.seeds` fine-tuning seeds, best epoch chosen on dev, reported on test; and on the same
+   splits the no-model floor (TF-IDF of character 1-3-grams with logistic regression / ridge). The
+   English source as it is (its own tokenizer, no post-training) is probed the same way
+   (`OUT/finetune/source`). A task without a test split gets one held out of its train split
+   (`hold_out_test`, fixed seed) before anything is trained.
 5. report (`OUT/report`): `results.md`, `results.json`, one PNG per task and the data-efficiency
    factor (the largest k such that XPT at N sentences matches or beats Scratch at k x N).
 
@@ -62,7 +65,7 @@ PRESETS = ("tiny", "cpu", "gpu", "paper")
 BASELINE = "scratch"
 FOCUS = "xpt"
 SPEC_FILE = "study_spec.json"
-TOKEN_OVERLAP = "token-overlap"  # OUT/zero_shot/<this>: the no-model reference of the zero-shot scores
+SOURCE_RUN = "source"  # OUT/finetune/<this>: the English source as it is, probed
 
 
 class StudyError(UserError):
@@ -333,69 +336,37 @@ def finetune_options(spec: StudySpec, name: str) -> dict[str, Any]:
     return {**{k: v for k, v in spec.finetune.items() if k != "seeds"}, **spec.tasks[name].finetune}
 
 
-def finetune_args(spec: StudySpec, name: str, model: Path, data_dir: Path, output_dir: Path, size: int) -> list[str]:
+def finetune_args(spec: StudySpec, name: str, model: Path, data_dir: Path, output_dir: Path, size: int | None) -> list[str]:
+    """finetune.py's arguments; `size` None: the English source, probed only (nothing fine-tuned)."""
     options = finetune_options(spec, name)
     argv = ["--model", str(model), "--task", name, "--data-dir", str(data_dir), "--output-dir", str(output_dir),
-            "--seeds", ",".join(str(s) for s in spec.seeds(size)), "--no-progress",
+            "--seeds", ",".join(str(s) for s in spec.seeds(size)), "--no-progress", "--floor",
+            "--mode", "probe" if size is None else "both",
             "--trust-remote-code"]  # the study wrote these folders itself (possibly with an earlier version)
     for key, value in options.items():
         argv += [f"--{key.replace('_', '-')}", str(value)]
     return argv
 
 
-def stage_finetune(spec: StudySpec, out: Path, model: Path, name: str, data_dir: Path, size: int) -> Path:
+def stage_finetune(spec: StudySpec, out: Path, model: Path, name: str, data_dir: Path, size: int | None,
+                   run: str | None = None) -> Path:
+    """OUT/finetune/<run>/<task>: probes, floor and (with a `size`) fine-tuning of `model` on task `name`."""
     from training import finetune
 
-    final = out / "finetune" / model.name / name
+    final = out / "finetune" / (run or model.name) / name
     if finished(final):
         return final
     tmp = final.parent / f".tmp-{name}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.parent.mkdir(parents=True, exist_ok=True)
-    log(out, f"fine-tuning {model.name} on {name} ({len(spec.seeds(size))} seeds)")
+    log(out, f"probing {run or model.name} on {name}" if size is None else
+        f"probing and fine-tuning {model.name} on {name} ({len(spec.seeds(size))} seeds)")
     args = finetune.build_parser().parse_args(finetune_args(spec, name, model, data_dir, tmp, size))
     try:
         finetune.run(args)
     except finetune.TaskDataError as error:
         raise StudyError(f"fine-tuning {model.name} on {name}: {error}") from None
     commit(tmp, final)
-    return final
-
-
-def stage_zero_shot(spec: StudySpec, out: Path, name: str, data_dir: Path, model: Path | None = None,
-                    tokenizer: Path | None = None) -> Path | None:
-    """A pair regression task scored without fine-tuning on its whole test split (training/embedding_similarity.py):
-    OUT/zero_shot/<run>/<task>.json for a `model`, OUT/zero_shot/token-overlap/<task>.json for the no-model
-    reference with the study's `tokenizer`. Written once; None for other tasks."""
-    from training import finetune
-    from training.embedding_similarity import applies_to, token_overlap_similarity, zero_shot_similarity
-    from training.tasks import TaskDataError, get_task, load_task_data
-
-    run = model.name if model is not None else TOKEN_OVERLAP
-    try:
-        task = get_task(name)
-        if not applies_to(task):
-            return None
-        final = out / "zero_shot" / run / f"{name}.json"
-        if final.is_file():
-            return final
-        test = load_task_data(task, data_dir).get("test")
-    except TaskDataError as error:
-        raise StudyError(f"zero-shot similarity of {run} on {name}: {error}") from None
-    if not test:
-        return None
-    log(out, f"zero-shot similarity of {run} on {name} ({len(test)} test pairs)")
-    max_length = int(finetune_options(spec, name).get("max_length", finetune.build_parser().get_default("max_length")))
-    if model is None:
-        from transformers import AutoTokenizer
-
-        result = token_overlap_similarity(AutoTokenizer.from_pretrained(str(tokenizer)), task, test, max_length)
-    else:
-        result = zero_shot_similarity(model, task, test, max_length)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".tmp-{final.name}")
-    tmp.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, final)
     return final
 
 
@@ -430,16 +401,32 @@ def collect(spec: StudySpec, out: Path) -> dict[str, Any]:
                     "min": min(results["scores"]), "max": max(results["scores"]),
                     "dev_scores": [r["dev"] for r in results["runs"]],
                     "examples": results["num_examples"], "fine_tuning_wall_s": round(sum(walls), 1)}
-                zero_shot = out / "zero_shot" / folder.name / f"{name}.json"
-                if zero_shot.is_file():
-                    record["tasks"][name]["zero_shot"] = json.loads(zero_shot.read_text(encoding="utf-8"))
+                record["tasks"][name].update(linear_reads_of(results))
             runs.append(record)
     factors = {name: efficiency_factor(runs, name) for name in spec.tasks}
     factors["mlm_perplexity"] = efficiency_factor(runs, None)
-    references = {name: json.loads(path.read_text(encoding="utf-8")) for name in spec.tasks
-                  if (path := out / "zero_shot" / TOKEN_OVERLAP / f"{name}.json").is_file()}
+    floors, source = {}, {}
+    for name in spec.tasks:
+        path = out / "finetune" / SOURCE_RUN / name / RESULTS_FILE
+        if finished(path.parent):
+            results = json.loads(path.read_text(encoding="utf-8"))
+            floors[name], source[name] = linear_reads_of(results)["floor"], linear_reads_of(results)
     return {"spec": spec.to_dict(), "runs": runs, "missing": missing, "data_efficiency": factors,
-            "separation": {name: separation(runs, name) for name in spec.tasks}, "zero_shot_reference": references}
+            "separation": {name: separation(runs, name) for name in spec.tasks}, "floor": floors, "source": source}
+
+
+def linear_reads_of(results: dict[str, Any]) -> dict[str, Any]:
+    """The probes' scores by pooling, STS's cosine without training (mean pooling) and the floor's score,
+    from a finetune.py results.json written with --mode probe|both --floor."""
+    probe = results.get("probe") or {}
+    reads: dict[str, Any] = {"probe": {pooling: r["score"] for pooling, r in probe.items()}}
+    if probe.get("mean", {}).get("zero_shot"):
+        reads["zero_shot"] = probe["mean"]["zero_shot"][probe["mean"]["split"]]
+    if results.get("floor"):
+        floor = results["floor"]
+        reads["floor"] = {"score": floor["score"], "split": floor["split"], "estimator": floor["estimator"],
+                          "zero_shot": (floor.get("zero_shot") or {}).get(floor["split"])}
+    return reads
 
 
 def _score(run: dict[str, Any], task: str | None) -> float:
@@ -510,7 +497,7 @@ def markdown(report: dict[str, Any], spec: StudySpec) -> str:
             f"{int(n):,}: {'yes' if v['xpt_above'] and v['ranges_disjoint'] else ('above, ranges overlap' if v['xpt_above'] else 'no')}"
             for n, v in verdicts.items()) or "no size has both finished") + ".")
         lines.append("")
-        lines += zero_shot_table(runs, spec, task, report["zero_shot_reference"].get(task))
+        lines += reads_table(runs, spec, task, report["floor"].get(task), report["source"].get(task))
     lines += ["## Held-out MLM (test split, fixed masks)", "",
               "| method | sentences | perplexity | hits@1 | hits@10 | MRR | tokens seen | post-training wall s |",
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -538,18 +525,24 @@ def method_by_size(runs: list[dict[str, Any]], spec: StudySpec, cell, task: str)
     return lines
 
 
-def zero_shot_table(runs: list[dict[str, Any]], spec: StudySpec, task: str, reference: dict[str, Any] | None) -> list[str]:
-    """The task scored without fine-tuning, a row per method, and the no-model reference; no lines when
-    it was not measured."""
-    measured = [r["tasks"][task]["zero_shot"] for r in runs if "zero_shot" in r["tasks"][task]]
-    if not measured:
-        return []
-    lines = [f"### {task} without fine-tuning: Spearman x 100 of the cosine of mean-pooled states "
-             f"(all {measured[0]['pairs']:,} test pairs; nothing trained, so no seeds)", ""]
-    lines += method_by_size(runs, spec, lambda t: f"{t['zero_shot']['spearman']:.1f}" if "zero_shot" in t else "not run", task)
-    if reference:
-        lines += ["", f"No-model reference (cosine of the sentences' token counts under the same tokenizer): "
-                      f"{reference['spearman']:.1f}."]
+def reads_table(runs: list[dict[str, Any]], spec: StudySpec, task: str, floor: dict[str, Any] | None,
+                source: dict[str, Any] | None) -> list[str]:
+    """The linear probes by method and size, the cosine without training for STS, and the two references:
+    the no-model floor and the English source as it is."""
+    lines = [f"### {task}: linear probes of the frozen encoders (mean-pooled / first token; the same splits)", ""]
+    lines += method_by_size(runs, spec, lambda t: " / ".join(f"{t['probe'][p]:.1f}" for p in ("mean", "first")
+                                                             if p in t.get("probe", {})) or "not run", task)
+    if any("zero_shot" in r["tasks"][task] for r in runs):
+        lines += ["", f"{task} without any training: Spearman x 100 of the cosine of mean-pooled states", ""]
+        lines += method_by_size(runs, spec, lambda t: f"{t['zero_shot']:.1f}" if "zero_shot" in t else "-", task)
+    lines.append("")
+    if floor:
+        cosine = f"; the cosine of the TF-IDF vectors, no training: {floor['zero_shot']:.1f}" if floor.get("zero_shot") is not None else ""
+        lines.append(f"No-model floor (TF-IDF of character 1-3-grams, {floor['estimator']}): **{floor['score']:.1f}**{cosine}.")
+    if source and source.get("probe"):
+        cosine = f"; cosine without training {source['zero_shot']:.1f}" if "zero_shot" in source else ""
+        lines.append(f"The English source as it is (its own tokenizer, no post-training), probed: "
+                     f"{source['probe']['mean']:.1f} / {source['probe']['first']:.1f}{cosine}.")
     return lines + [""]
 
 
@@ -570,6 +563,12 @@ def plot(report: dict[str, Any], spec: StudySpec, folder: Path) -> list[Path]:
             xs = [p[0] for p in points]
             ax.plot(xs, [p[1]["mean"] for p in points], marker="o", label=method)
             ax.fill_between(xs, [p[1]["min"] for p in points], [p[1]["max"] for p in points], alpha=0.15)
+        floor, source = report["floor"].get(task), report["source"].get(task)
+        if floor:
+            ax.axhline(floor["score"], color="gray", linestyle="--", linewidth=1, label="no-model floor (TF-IDF)")
+        if source and source.get("probe"):
+            ax.axhline(source["probe"]["mean"], color="black", linestyle=":", linewidth=1,
+                       label="English source, probed")
         first = report["runs"][0]["tasks"][task]
         ax.set_xscale("log")
         ax.set_xticks(spec.sizes)
@@ -633,14 +632,16 @@ def run_study(spec: StudySpec, out: Path, resume: bool = False) -> Path:
     data = stage_corpus(spec, out)
     tokenizer = stage_tokenizer(spec, out, data)
     task_dirs = {name: task_folder(spec, out, name) for name in spec.tasks}
+    from training.config import resolve_source
+
+    source = Path(resolve_source(resolve_relative(spec.source)))
     for name, folder in task_dirs.items():
-        stage_zero_shot(spec, out, name, folder, tokenizer=tokenizer)
+        stage_finetune(spec, out, source, name, folder, None, run=SOURCE_RUN)
     for size in spec.sizes:
         for method in spec.methods:
             model = stage_post_train(spec, out, data, tokenizer, method, size)
             for name, folder in task_dirs.items():
                 stage_finetune(spec, out, model, name, folder, size)
-                stage_zero_shot(spec, out, name, folder, model=model)
     report = stage_report(spec, out)
     log(out, f"study finished in {time.time() - started:.0f} s (this invocation); report in {report}")
     return report

@@ -1,0 +1,150 @@
+#!/usr/bin/env python
+"""The learning curve of a post-training run: linear probes of every checkpoint against tokens seen.
+
+    python training/learning_curve.py runs/cpu-hour --task nsmc=../shared/data/tasks/nsmc \
+        --task korsts=../shared/data/tasks/korsts --max-train-samples 2000
+
+Every checkpoint a run kept (`keep_checkpoints: true`), and its finished model when there is one,
+is read with `training.linear_reads.probe` (frozen encoder, mean- and first-token pooling,
+regularisation chosen on dev) on the same task splits; the no-model floor is computed once per task
+on those splits. Writes `RUN/learning_curve.json` and prints one Markdown table: step, real tokens
+seen, each task's probe score beside its floor (test split where the task has one, else dev; STS
+also without training, the cosine).
+
+A checkpoint holds weights, not a model folder: its weights are put into the run's architecture,
+rebuilt from the run's settings (saved in each checkpoint; `--config` for checkpoints of earlier
+versions) and the run's tokenizer, and saved as a model folder in a temporary directory.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import tempfile  # noqa: E402
+from typing import Any  # noqa: E402
+
+from tokenization.errors import UserError, report_error  # noqa: E402
+from training.checkpointing import list_checkpoints, read_state  # noqa: E402
+from training.run_record import SUMMARY_FILE  # noqa: E402
+from training.tasks import TaskDataError, get_task, load_task_data  # noqa: E402
+
+CURVE_FILE = "learning_curve.json"
+
+
+def run_config(run: Path, checkpoint: Path, config_file: str | None):
+    """The PostTrainConfig of the run: saved in the checkpoint, else read from `config_file`."""
+    from training.config import config_from_dict, load_config
+
+    settings = read_state(checkpoint).get("settings")
+    if settings is not None:
+        return config_from_dict(settings)
+    if config_file is None:
+        raise TaskDataError(f"{checkpoint} holds no record of the run's settings (written by an earlier version): "
+                            "pass the run's --config")
+    return load_config(["--config", config_file, "--output-dir", str(run)])
+
+
+def checkpoint_model(run: Path, checkpoint: Path, config, out: Path) -> Path:
+    """The checkpoint's weights as a model folder in `out` (model, tokenizer, remote code)."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from modeling_xpt import save_tokenizer
+    from training.config import resolve_source
+
+    tokenizer_dir = config.tokenizer or str(run / "tokenizer")
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    model = config.method_entry().build(resolve_source(config.source), tokenizer, embedding_init=config.embedding_init,
+                                        itl_init=config.itl_init, adapter_size=config.adapter_size)
+    state = torch.load(checkpoint / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    model.load_state_dict(state)
+    model.save_pretrained(str(out))
+    save_tokenizer(tokenizer, out)
+    return out
+
+
+def learning_curve(run: str | Path, tasks: dict[str, str], max_train_samples: int | None, max_length: int,
+                   config_file: str | None = None, data_seed: int = 0) -> dict[str, Any]:
+    from training.linear_reads import floor, probe
+
+    run = Path(run)
+    checkpoints = list_checkpoints(run)
+    finished = (run / SUMMARY_FILE).is_file()
+    if not checkpoints and not finished:
+        raise TaskDataError(f"{run} holds no checkpoint and no finished model: post-train with keep_checkpoints: true")
+    splits = {name: load_task_data(get_task(name), folder, max_train_samples, None, data_seed)
+              for name, folder in tasks.items()}
+    curve = {"run": str(run), "max_train_samples": max_train_samples, "data_seed": data_seed,
+             "floor": {name: floor(get_task(name), splits[name]) for name in tasks}, "points": []}
+    points = [(step, path) for step, path in checkpoints]
+    for step, checkpoint in points:
+        tokens = read_state(checkpoint)["tokens_seen"]
+        with tempfile.TemporaryDirectory(prefix="xpt-curve-") as tmp:
+            folder = checkpoint_model(run, checkpoint, run_config(run, checkpoint, config_file), Path(tmp))
+            reads = {name: probe(folder, get_task(name), splits[name], max_length) for name in tasks}
+        curve["points"].append({"step": step, "tokens_seen": tokens, "probe": reads})
+        print(f"step {step}: " + ", ".join(f"{n} {r['mean']['score']:.2f}" for n, r in reads.items()), flush=True)
+    if finished:
+        summary = json.loads((run / SUMMARY_FILE).read_text(encoding="utf-8"))
+        if not points or summary["total_steps"] > points[-1][0]:
+            reads = {name: probe(run, get_task(name), splits[name], max_length) for name in tasks}
+            curve["points"].append({"step": summary["total_steps"], "tokens_seen": summary["tokens_seen"],
+                                    "probe": reads})
+    (run / CURVE_FILE).write_text(json.dumps(curve, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return curve
+
+
+def table(curve: dict[str, Any]) -> str:
+    tasks = list(curve["floor"])
+    head = "| step | real tokens seen | " + " | ".join(
+        f"{t} probe (mean / first) | {t} floor" for t in tasks) + " |"
+    lines = [head, "|" + " ---: |" * (2 + 2 * len(tasks))]
+    for point in curve["points"]:
+        cells = []
+        for t in tasks:
+            reads = point["probe"][t]
+            cells.append(f"{reads['mean']['score']:.1f} / {reads['first']['score']:.1f}")
+            cells.append(f"{curve['floor'][t]['score']:.1f}")
+        lines.append(f"| {point['step']:,} | {point['tokens_seen']:,} | " + " | ".join(cells) + " |")
+    zero_shot = [t for t in tasks if "zero_shot" in curve["floor"][t]]
+    for t in zero_shot:
+        split = curve["floor"][t]["split"]
+        lines += ["", f"{t} without training (Spearman of the cosine, {split}): floor "
+                      f"{curve['floor'][t]['zero_shot'][split]:.1f}; probe (mean) by step: " + ", ".join(
+                          f"{p['step']:,}: {p['probe'][t]['mean']['zero_shot'][split]:.1f}" for p in curve["points"])]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("run", help="post-training output folder")
+    p.add_argument("--task", action="append", required=True, metavar="NAME=DIR",
+                   help="a registered sentence-level task and its data folder (repeatable)")
+    p.add_argument("--max-train-samples", type=int, default=2000, help="train examples of every probe (and floor)")
+    p.add_argument("--max-length", type=int, default=64, help="tokens per text")
+    p.add_argument("--data-seed", type=int, default=0, help="seed of the train subsample")
+    p.add_argument("--config", help="the run's config, for checkpoints that do not hold their settings")
+    args = p.parse_args(argv)
+    try:
+        tasks = {}
+        for item in args.task:
+            name, sep, folder = item.partition("=")
+            if not sep:
+                raise TaskDataError(f"--task {item!r}: expected NAME=DIR")
+            tasks[name] = folder
+        curve = learning_curve(args.run, tasks, args.max_train_samples, args.max_length, args.config, args.data_seed)
+    except UserError as error:
+        return report_error(error)
+    print(table(curve))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""Sentence-pair regression (STS) fine-tuned as a bi-encoder: the cosine of two sentence vectors.
+
+A cross-encoder reads both sentences in one sequence and regresses the score from a new, random
+head: at a few thousand pairs it starts from nothing and, on this package's small encoders, ended
+below the same encoder's cosine without any training. The bi-encoder starts *at* that cosine and
+trains it directly (Reimers and Gurevych 2019, Sentence-BERT; sentence-transformers'
+`CosineSimilarityLoss`):
+
+    u = mean-pool(encoder(s1)),  v = mean-pool(encoder(s2))       (over the real tokens)
+    prediction = low + (high - low) * cos(u, v)
+    loss = MSE(cos(u, v), (score - low) / (high - low))
+
+so before the first step its dev Spearman is the zero-shot cosine's. Written here because
+sentence-transformers is not a dependency of this package and the module is a dozen lines; the
+encoder is any `AutoModel` (XPT or stock), and `save_pretrained` saves that encoder, which
+`AutoModel.from_pretrained` loads as a sentence encoder (mean pooling).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers.modeling_outputs import SequenceClassifierOutput
+
+from training.linear_reads import ROUND_COSINE
+
+SECOND = ("input_ids_b", "attention_mask_b")  # the second sentence's inputs in a batch
+
+
+def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    mask = mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+
+
+class CosineSimilarityRegressor(torch.nn.Module):
+    """The bi-encoder above around `encoder`; `label_range` is the task's (low, high) score range."""
+
+    def __init__(self, encoder: torch.nn.Module, label_range: tuple[float, float]):
+        super().__init__()
+        self.encoder = encoder
+        self.config = encoder.config
+        self.low, self.high = float(label_range[0]), float(label_range[1])
+
+    def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return mean_pool(hidden, attention_mask)
+
+    def forward(self, input_ids, attention_mask, input_ids_b, attention_mask_b, labels=None) -> SequenceClassifierOutput:
+        cosine = torch.nn.functional.cosine_similarity(self.embed(input_ids, attention_mask).float(),
+                                                       self.embed(input_ids_b, attention_mask_b).float())
+        loss = None
+        if labels is not None:
+            target = (labels.float() - self.low) / (self.high - self.low)
+            loss = torch.nn.functional.mse_loss(cosine, target)
+        # the prediction rounded as training/linear_reads.py rounds cosines: identical sentences tie exactly
+        rounded = torch.round(cosine.detach(), decimals=ROUND_COSINE)
+        return SequenceClassifierOutput(loss=loss, logits=(self.low + (self.high - self.low) * rounded).unsqueeze(-1))
+
+    def save_pretrained(self, folder: str, **kwargs) -> None:
+        self.encoder.save_pretrained(folder, **kwargs)
+
+
+def encode_pairs(text_columns: list[str], label_column: str, rows: list[dict[str, Any]], tokenizer,
+                 max_length: int) -> list[dict[str, Any]]:
+    """Each sentence tokenised on its own: input_ids / attention_mask of the first, *_b of the second."""
+    first = tokenizer([str(r[text_columns[0]]) for r in rows], truncation=True, max_length=max_length)
+    second = tokenizer([str(r[text_columns[1]]) for r in rows], truncation=True, max_length=max_length)
+    return [{"input_ids": first["input_ids"][i], "attention_mask": first["attention_mask"][i],
+             "input_ids_b": second["input_ids"][i], "attention_mask_b": second["attention_mask"][i],
+             "labels": float(row[label_column])} for i, row in enumerate(rows)]
+
+
+def pad_second(features: list[dict[str, Any]], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """The second sentences of a batch, right-padded to their longest."""
+    length = max(len(f["input_ids_b"]) for f in features)
+    return {"input_ids_b": torch.tensor([f["input_ids_b"] + [pad_token_id] * (length - len(f["input_ids_b"]))
+                                         for f in features], dtype=torch.long),
+            "attention_mask_b": torch.tensor([f["attention_mask_b"] + [0] * (length - len(f["attention_mask_b"]))
+                                              for f in features], dtype=torch.long)}
