@@ -52,8 +52,8 @@ def test_cli_tiny_cpu_smoke(tmp_path):
     profiled = re.findall(r"^# profile of ([a-z-]+), 1 steps$", proc.stdout, flags=re.M)
     assert profiled == ["stock-eager", "stock-best", "xpt", "xpt-eager", "xpt-sdpa"] and "aten::mm" in proc.stdout
     assert "measured matmul peak" in proc.stdout and "load average" in proc.stdout
-    last = re.fullmatch(r"ratio_vs_stock_eager=([\d.]+) ratio_vs_stock_best=([\d.]+) mfu=([\d.]+) device=cpu",
-                        lines[-1])
+    last = re.fullmatch(r"ratio_vs_stock_eager=([\d.]+) ratio_vs_stock_best=([\d.]+) mfu=([\d.]+) device=cpu "
+                        r"cpu_class=[a-z0-9-]+", lines[-1])
     assert last, lines[-1]
     assert float(last[1]) == pytest.approx(int(rows["xpt"]["tps"]) / int(rows["stock-eager"]["tps"]), rel=0.02)
     assert float(last[2]) == pytest.approx(int(rows["xpt"]["tps"]) / int(rows["stock-best"]["tps"]), rel=0.02)
@@ -211,3 +211,27 @@ def test_next_fit_baseline_packs_consecutive_sentences_until_one_does_not_fit():
     assert rows["seg_lengths"] == [[5, 9], [3], [16], [2, 7, 7], [1]]
     assert [sum(s) for s in rows["seg_lengths"]] == [len(r) for r in rows["input_ids"]]
     assert [t for r in rows["input_ids"] for t in r] == [n for n in lengths for _ in range(n)]
+
+
+def test_the_xpt_row_is_what_post_training_picks_on_this_machine():
+    """One function decides both: the benchmark's `xpt` path carries `resolve_speed`'s automatic settings."""
+    from training.config import PostTrainConfig
+    from training.step import resolve_speed
+
+    best, table = tp.path_settings(tp.parse_args(["--device", "cpu"]))
+    assert best == resolve_speed(PostTrainConfig(), "cpu") and table["xpt"].speed == best
+    assert not best.compile  # eager on every CPU class measured
+
+
+def test_the_tiny_vocabulary_is_sized_to_the_texts(shared_data, tmp_path):
+    """With defaults on the shared corpus (thousands of distinct characters) the tiny benchmark's
+    tokenizer trains; an explicit size below the characters is refused before anything is built."""
+    args = tp.parse_args(["--device", "cpu", "--size", "tiny"])
+    texts, _ = tp.read_texts(str(shared_data / "corpus"), args.num_texts)  # the default 20,000 texts
+    chars = len(set("".join(texts)))
+    assert chars + 16 > 2000  # the former fixed tiny size could not hold them
+    tokenizer, described = tp.load_tokenizer(args, texts, "bert", tmp_path)
+    assert len(tokenizer) >= chars and "trained here" in described
+    small = tp.parse_args(["--device", "cpu", "--size", "tiny", "--vocab-size", "500"])
+    with pytest.raises(SystemExit, match=rf"--vocab-size {chars + 16}"):
+        tp.load_tokenizer(small, texts, "bert", tmp_path / "small")
