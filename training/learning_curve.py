@@ -70,7 +70,8 @@ def checkpoint_model(run: Path, checkpoint: Path, config, out: Path) -> Path:
 
 
 def learning_curve(run: str | Path, tasks: dict[str, str], max_train_samples: int | None, max_length: int,
-                   config_file: str | None = None, data_seed: int = 0) -> dict[str, Any]:
+                   config_file: str | None = None, data_seed: int = 0, steps: list[int] | None = None) -> dict[str, Any]:
+    """The curve of `run` (see the module docstring); `steps`: only the checkpoints of these steps."""
     from training.linear_reads import floor, probe
 
     run = Path(run)
@@ -82,7 +83,7 @@ def learning_curve(run: str | Path, tasks: dict[str, str], max_train_samples: in
               for name, folder in tasks.items()}
     curve = {"run": str(run), "max_train_samples": max_train_samples, "data_seed": data_seed,
              "floor": {name: floor(get_task(name), splits[name]) for name in tasks}, "points": []}
-    points = [(step, path) for step, path in checkpoints]
+    points = [(step, path) for step, path in checkpoints if steps is None or step in steps]
     for step, checkpoint in points:
         tokens = read_state(checkpoint)["tokens_seen"]
         with tempfile.TemporaryDirectory(prefix="xpt-curve-") as tmp:
@@ -131,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-length", type=int, default=64, help="tokens per text")
     p.add_argument("--data-seed", type=int, default=0, help="seed of the train subsample")
     p.add_argument("--config", help="the run's config, for checkpoints that do not hold their settings")
+    p.add_argument("--steps", help="comma-separated checkpoint steps to probe (default: every kept checkpoint)")
     args = p.parse_args(argv)
     try:
         tasks = {}
@@ -139,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
             if not sep:
                 raise TaskDataError(f"--task {item!r}: expected NAME=DIR")
             tasks[name] = folder
-        curve = learning_curve(args.run, tasks, args.max_train_samples, args.max_length, args.config, args.data_seed)
+        steps = [int(s) for s in args.steps.split(",")] if args.steps else None
+        curve = learning_curve(args.run, tasks, args.max_train_samples, args.max_length, args.config, args.data_seed,
+                               steps)
     except UserError as error:
         return report_error(error)
     print(table(curve))
