@@ -28,7 +28,7 @@ from .modeling_xpt import (
     XPTModel,
     XPTPreTrainedModel,
 )
-from .tokenizer_files import save_tokenizer
+from .tokenizer_files import save_model_folder, save_tokenizer
 
 _AUTO_CLASSES = {
     AutoModel: XPTModel,
@@ -56,6 +56,7 @@ __all__ = [
     "XPTModel",
     "XPTPreTrainedModel",
     "from_source",
+    "save_model_folder",
     "save_tokenizer",
     "to_stock",
 ]

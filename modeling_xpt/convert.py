@@ -17,7 +17,7 @@ from transformers import AutoTokenizer
 
 from ._cli import check_output_folder, run
 from .conversion import from_source
-from .tokenizer_files import recorded_language, save_tokenizer
+from .tokenizer_files import recorded_language, save_model_folder
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -67,8 +67,7 @@ def main(argv=None) -> int:
         scratch=args.scratch,
     )
     model.config.language = args.language or recorded_language(args.tokenizer)
-    model.save_pretrained(args.out)
-    save_tokenizer(tokenizer, args.out)  # names PreTrainedTokenizerFast: transformers 4.x loads it too
+    save_model_folder(model, tokenizer, args.out)
     report = dict(model.conversion_report, out=args.out, layers=model.config.num_total_layers,
                   parameters=sum(p.numel() for p in model.parameters()))
     print(json.dumps(report, indent=2))

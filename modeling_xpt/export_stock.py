@@ -16,7 +16,7 @@ from transformers import AutoTokenizer
 from . import XPTForMaskedLM
 from ._cli import check_output_folder, run
 from .conversion import check_vocabulary, to_stock
-from .tokenizer_files import save_tokenizer
+from .tokenizer_files import save_model_folder
 
 
 def main(argv=None) -> int:
@@ -32,8 +32,7 @@ def main(argv=None) -> int:
     model = XPTForMaskedLM.from_pretrained(args.model_dir).eval()
     stock = to_stock(model)
     tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
-    stock.save_pretrained(args.out)
-    save_tokenizer(tokenizer, args.out)  # names PreTrainedTokenizerFast: transformers 4.x loads it too
+    save_model_folder(stock, tokenizer, args.out)
 
     ids = torch.arange(min(32, model.config.vocab_size))[None]
     sample = tokenizer(tokenizer.decode(ids[0], skip_special_tokens=True) or "a", return_tensors="pt")

@@ -13,6 +13,7 @@ general (only model-specific ones, such as NLLB's ``src_lang``, which change the
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 TOKENIZER_CLASS = "PreTrainedTokenizerFast"
@@ -59,3 +60,18 @@ def recorded_language(*folders) -> str | None:
             if isinstance(language, str) and language:
                 return language
     return None
+
+
+def save_model_folder(model, tokenizer, out_dir: str | Path) -> None:
+    """A loadable folder: ``model.save_pretrained`` and `save_tokenizer`, every file with the ordinary
+    permissions (read for all, as the umask allows). safetensors writes the weights through a private
+    temporary file (mode 0600), which a shared server or a Docker image built from the folder could
+    not read."""
+    out = Path(out_dir)
+    model.save_pretrained(str(out))
+    save_tokenizer(tokenizer, out)
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in out.iterdir():
+        if path.is_file() and not path.stat().st_mode & 0o044:
+            os.chmod(path, 0o666 & ~umask)

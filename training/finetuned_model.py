@@ -99,10 +99,9 @@ def _records(folder: Path, results: dict[str, Any], base_model: str) -> None:
 
 
 def save_full_model(model, tokenizer, folder: Path, results: dict[str, Any], base_model: str) -> None:
-    from modeling_xpt import save_tokenizer
+    from modeling_xpt import save_model_folder
 
-    model.save_pretrained(str(folder))  # safetensors; XPT: auto_map and the remote-code files too
-    save_tokenizer(tokenizer, folder)
+    save_model_folder(model, tokenizer, folder)  # safetensors; XPT: auto_map and the remote-code files too
     _records(folder, results, base_model)
 
 

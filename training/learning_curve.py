@@ -55,7 +55,7 @@ def checkpoint_model(run: Path, checkpoint: Path, config, out: Path) -> Path:
     import torch
     from transformers import AutoTokenizer
 
-    from modeling_xpt import save_tokenizer
+    from modeling_xpt import save_model_folder
     from training.config import resolve_source
 
     tokenizer_dir = config.tokenizer or str(run / "tokenizer")
@@ -64,8 +64,7 @@ def checkpoint_model(run: Path, checkpoint: Path, config, out: Path) -> Path:
                                         itl_init=config.itl_init, adapter_size=config.adapter_size)
     state = torch.load(checkpoint / "pytorch_model.bin", map_location="cpu", weights_only=True)
     model.load_state_dict(state)
-    model.save_pretrained(str(out))
-    save_tokenizer(tokenizer, out)
+    save_model_folder(model, tokenizer, out)
     return out
 
 

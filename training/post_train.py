@@ -78,7 +78,7 @@ from transformers import AutoTokenizer  # noqa: E402
 from transformers.modeling_outputs import MaskedLMOutput  # noqa: E402
 
 from cards.push import PushError, push_to_hub  # noqa: E402
-from modeling_xpt import save_tokenizer  # noqa: E402
+from modeling_xpt import save_model_folder  # noqa: E402
 from modeling_xpt.modeling_xpt import XPTSelfAttention  # noqa: E402
 from modeling_xpt.tokenizer_files import recorded_language  # noqa: E402
 from tokenization.errors import UserError, report_error  # noqa: E402
@@ -794,8 +794,7 @@ def write_outputs(run: Run, state: RunState) -> RunRecord:
         config=config.to_dict(),
     )
     if accelerator.is_main_process:
-        model.save_pretrained(str(run.output_dir))
-        save_tokenizer(run.tokenizer, run.output_dir)  # names PreTrainedTokenizerFast, which transformers 4.x loads too
+        save_model_folder(model, run.tokenizer, run.output_dir)
         record.write(run.output_dir)
         run.log(f"saved model, tokenizer and {SUMMARY_FILE} to {run.output_dir}")
         run.log(f"trained {state.tokens_seen:,} real tokens in {state.train_time_s:.0f} s of steps: "
