@@ -496,6 +496,10 @@ def _made_section(info: FolderInfo, tokenizer) -> list[str]:
         lines.append(f"- **Architecture**: plain `{info.architecture}` with {c.get('num_hidden_layers')} layers "
                      "(ITL_in, the reused layers and ITL_out of the XPT model, in that order), hidden size "
                      f"{c.get('hidden_size')}, vocabulary {fmt_int(c.get('vocab_size'))}.")
+    if s.source_has_mlm_head is False:
+        lines.append("- **MLM head**: the English source has none (a bare encoder), so the head transform was "
+                     "initialised fresh and trained from phase 1 on; the encoder layers, position embeddings and "
+                     "embedding LayerNorm are the source's.")
     count = safetensors_parameter_count(info.path)
     if count:
         lines.append(f"- **Stored parameters**: {fmt_int(count)} (from the safetensors file).")
@@ -835,7 +839,7 @@ def build_card(model_dir: str | Path, *, repo_id: str | None = None, license: st
              "XPT (Lee et al., 2021) reuses the Transformer layers of a pretrained English encoder for another "
              "language. The English word embeddings are dropped and new Korean embeddings are learned (the output "
              "layer of the masked-LM head is tied to them); the encoder layers, position embeddings, embedding "
-             "LayerNorm and MLM head transform are kept. Two *Implicit Translation Layers* with the architecture of "
+             "LayerNorm and, where the source has one, the MLM head transform are kept. Two *Implicit Translation Layers* with the architecture of "
              "an encoder layer are added, one between the embeddings and the first reused layer and one after the "
              "last. Post-training uses masked language modelling in two phases: first the new parts are trained "
              "while the reused layers stay frozen, then everything is trained. The paper reports that this reaches "

@@ -917,3 +917,18 @@ def test_language_flows_through_tokenizer_and_config_to_cards_of_fine_tuned_mode
     assert meta["language"] == "ru" and meta["pipeline_tag"] == "text-classification" and meta["widget"]
     for widget in meta["widget"]:  # held-out Russian sentences, as they are
         assert json.dumps(widget["text"], ensure_ascii=False) in held_out
+
+
+@pytest.mark.parametrize("has_head", [True, False])
+def test_card_says_when_the_mlm_head_was_initialised_fresh(xpt_dir, tmp_path, has_head):
+    """A source without an MLM head (all-MiniLM-L6-v2) cannot have given its head transform: the card says so."""
+    folder = copy_folder(xpt_dir, tmp_path / "m")
+    (folder / "training_summary.json").write_text(json.dumps({"method": "xpt", "source_has_mlm_head": has_head}))
+    text = build_card(folder).text
+    assert ("the head transform was initialised fresh" in text) is (not has_head)
+    assert "where the source has one, the MLM head transform are kept" in text
+
+
+def test_the_run_record_says_whether_the_source_had_an_mlm_head(trained_dir):
+    """The tiny source of these tests is a masked-LM model: its head was reused."""
+    assert json.loads((trained_dir / "training_summary.json").read_text())["source_has_mlm_head"] is True

@@ -791,6 +791,7 @@ def write_outputs(run: Run, state: RunState) -> RunRecord:
         valid_history=state.valid_history,
         resumed=run.resume_from is not None,
         setting_changes=state.setting_changes,
+        source_has_mlm_head=run.model.conversion_report.get("source_has_mlm_head"),
         config=config.to_dict(),
     )
     if accelerator.is_main_process:

@@ -94,6 +94,7 @@ class RunRecord:
     frequency_baseline: dict[str, float] = field(default_factory=dict)  # on the same split and masks, context ignored
     valid_history: list[dict[str, Any]] = field(default_factory=list)  # every evaluation on valid
     resumed: bool | None = None
+    source_has_mlm_head: bool | None = None  # False: the head transform was initialised fresh, not reused
     # settings changed on resume, where allowed (fields that cannot change the weights, training/config.py
     # RESUME_FREE): [{"step": N, "changed": {field: [old, new]}}], the change applying from step N + 1
     setting_changes: list[dict[str, Any]] = field(default_factory=list)
