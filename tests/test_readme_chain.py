@@ -137,9 +137,9 @@ def test_each_step_reads_what_the_one_before_wrote(chain):
     summary = json.loads((chain["model_dir"] / "training_summary.json").read_text(encoding="utf-8"))
     assert summary["tokenizer"] == tok and summary["data"]["spec"] == corpus and summary["total_steps"] == 4
     # the run read this folder's corpus, not one of the same name elsewhere (e.g. the repository's runs/);
-    # a sentence longer than a row counts once per row it is cut into
+    # sentences are counted as sentences, and the one longer than a row as several pieces
     prepared = json.loads((root / corpus / "stats.json").read_text())["splits"]["train"]["sentences"]
-    assert prepared <= summary["data"]["train_sentences"] < 2 * prepared
+    assert summary["data"]["train_sentences"] == prepared < summary["data"]["train_pieces"] < 2 * prepared
 
 
 def test_no_false_length_warning_and_tokenizer_knows_the_models_positions(chain):

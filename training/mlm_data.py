@@ -367,10 +367,12 @@ def build_token_rows(splits: dict, tokenizer, *, max_seq_length: int, packing: b
     return {split: datasets.load_from_disk(str(root / split)) for split in rows}
 
 
-def row_stats(ds) -> dict:
+def row_stats(ds, texts: int) -> dict:
+    """Rows, real tokens, the `texts` (sentences) they came from, and the pieces those make (a text
+    longer than a row is cut into several)."""
     lengths = [len(x) for x in ds["input_ids"]]
-    segs = sum(len(s) for s in ds["seg_lengths"])
-    return {"rows": len(lengths), "sentences": segs, "tokens": int(sum(lengths))}
+    pieces = sum(len(s) for s in ds["seg_lengths"])
+    return {"rows": len(lengths), "sentences": texts, "pieces": pieces, "tokens": int(sum(lengths))}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -569,7 +569,7 @@ def prepare_run(config: PostTrainConfig, accelerator: Accelerator, speed: SpeedS
     with accelerator.main_process_first():
         rows = build_token_rows(splits, tokenizer, max_seq_length=row_length, packing=config.packing,
                                 cache_dir=config.cache_dir, cache_key=cache_key, log=log)
-    stats = {split: row_stats(ds) for split, ds in rows.items()}
+    stats = {split: row_stats(ds, len(splits[split])) for split, ds in rows.items()}
     log(f"data: {json.dumps(stats)}")
     if config.output_bias_init == "unigram" and resume_from is None:
         init_output_bias(model, rows["train"], special_ids=tokenizer.all_special_ids)
@@ -771,7 +771,8 @@ def write_outputs(run: Run, state: RunState) -> RunRecord:
         source_model=config.source if not config.source.startswith("package:") else f"{config.source} ({run.source})",
         tokenizer=run.tokenizer_ref,
         data=DataRecord(spec=data, train=f"{data}:train", valid=f"{data}:valid", test=f"{data}:test",
-                        train_sentences=stats["train"]["sentences"], train_rows=stats["train"]["rows"],
+                        train_sentences=stats["train"]["sentences"], train_pieces=stats["train"]["pieces"],
+                        train_rows=stats["train"]["rows"],
                         train_tokens=stats["train"]["tokens"], valid_sentences=stats["valid"]["sentences"],
                         test_sentences=stats.get("test", {}).get("sentences", 0)),
         phases=state.phase_records,

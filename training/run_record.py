@@ -38,7 +38,8 @@ class DataRecord:
     train: str | None = None  # "<spec>:train", and the same for valid and test
     valid: str | None = None
     test: str | None = None
-    train_sentences: int | None = None
+    train_sentences: int | None = None  # texts read (sentences of a prepared corpus)
+    train_pieces: int | None = None  # what they make once texts longer than a row are cut into row-sized pieces
     train_rows: int | None = None  # packed rows of max_seq_length tokens
     train_tokens: int | None = None
     valid_sentences: int | None = None
