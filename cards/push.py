@@ -285,6 +285,12 @@ def check_repo_id(repo_id: str) -> None:
                         "(nothing uploaded)") from None
 
 
+def visible_token(text) -> str:
+    """A fill-mask answer as a reader can see it: the bare word-start piece decodes to nothing."""
+    text = str(text)
+    return text if text.strip() else "[word start]"
+
+
 def push_to_hub(model_dir: str | Path, repo_id: str, *, private: bool = False, revision: str | None = None,
                 fmt: str = "custom", dry_run: bool = False, token: str | None = None, load_check: bool = True,
                 regenerate_card: bool = True, commit_message: str | None = None, log=print,
@@ -350,7 +356,7 @@ def push_to_hub(model_dir: str | Path, repo_id: str, *, private: bool = False, r
                 f"{check.get('model_class')} + {check.get('tokenizer_class')}")
             for output in check.get("outputs", []):
                 preds = output["predictions"][:3]
-                shown = ", ".join(f"{p.get('token_str', p.get('label'))!s} {p['score']:.3f}" for p in preds)
+                shown = ", ".join(f"{visible_token(p.get('token_str', p.get('label')))} {p['score']:.3f}" for p in preds)
                 log(f"  {output['text']}  ->  {shown}")
         if dry_run:
             log("dry run: publishable and loadable" + (" (an UNTRAINED conversion: no training_summary.json)"

@@ -932,3 +932,9 @@ def test_card_says_when_the_mlm_head_was_initialised_fresh(xpt_dir, tmp_path, ha
 def test_the_run_record_says_whether_the_source_had_an_mlm_head(trained_dir):
     """The tiny source of these tests is a masked-LM model: its head was reused."""
     assert json.loads((trained_dir / "training_summary.json").read_text())["source_has_mlm_head"] is True
+
+
+def test_a_bare_word_start_answer_is_printed_visibly():
+    from cards.push import visible_token
+
+    assert visible_token("") == visible_token(" ") == "[word start]" and visible_token("영화") == "영화"
