@@ -190,3 +190,19 @@ def test_bi_encoder_is_refused_where_it_means_nothing(tmp_path, capsys):
     code = finetune.main(["--model", str(model), "--task", "nsmc", "--data-dir", str(data), "--output-dir",
                           str(tmp_path / "o"), "--pair-encoding", "bi"])
     assert code == 2 and "sentence-pair regression" in capsys.readouterr().err
+
+
+def test_hold_out_test_is_the_split_the_study_holds_out(shared_data, tmp_path):
+    """finetune.py --hold-out-test N gives NSMC the same test split as the study's hold_out_test: N (seed 0),
+    so figures of the two are on the same reviews; the train subsample is drawn from what is left."""
+    from training import study
+
+    spec = study.StudySpec.from_dict({"tasks": {"nsmc": {"data_dir": str(shared_data / "tasks" / "nsmc"),
+                                                         "hold_out_test": 300}}})
+    folder = study.task_folder(spec, tmp_path, "nsmc")
+    by_study = load_task_data(get_task("nsmc"), folder)
+    held = load_task_data(get_task("nsmc"), shared_data / "tasks" / "nsmc", 500, None, 0, hold_out_test=300)
+    assert [r["id"] for r in held["test"]] == [r["id"] for r in by_study["test"]]
+    assert not {r["id"] for r in held["train"]} & {r["id"] for r in held["test"]} and len(held["train"]) == 500
+    with pytest.raises(TaskDataError, match="already has a test split"):
+        load_task_data(get_task("korsts"), shared_data / "tasks" / "korsts", hold_out_test=10)

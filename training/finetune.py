@@ -537,7 +537,8 @@ def summarize(spec: TaskSpec, runs: list[dict[str, Any]], args, post_training, s
 
 def hyperparameters(args) -> dict[str, Any]:
     return {k: getattr(args, k) for k in ("batch_size", "learning_rate", "epochs", "warmup_ratio", "weight_decay",
-                                          "max_length", "patience", "max_train_samples", "max_eval_samples", "lora_r",
+                                          "max_length", "patience", "max_train_samples", "max_eval_samples",
+                                          "hold_out_test", "lora_r",
                                           "lora_alpha", "pooling", "pair_encoding")}
 
 
@@ -659,6 +660,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-train-samples", type=int, help="fine-tune on this many train examples (subsampled with --data-seed)")
     p.add_argument("--max-eval-samples", type=int, help="cap dev and test (for quick runs)")
     p.add_argument("--data-seed", type=int, default=0, help="seed of the subsampling (shared by all runs)")
+    p.add_argument("--hold-out-test", type=int, default=0, metavar="N",
+                   help="a task without a test split (NSMC here): hold N train examples out as its test split "
+                        "(shuffled with --data-seed; the split the study holds out), before --max-train-samples")
     p.add_argument("--epochs", type=int, default=PAPER_DEFAULTS["epochs"], help="training epochs (the paper: 10 or 15)")
     p.add_argument("--batch-size", type=int, default=PAPER_DEFAULTS["batch_size"], help="training batch size")
     p.add_argument("--eval-batch-size", type=int, help="batch size of dev/test scoring (2 x --batch-size when omitted)")
@@ -848,7 +852,8 @@ def fine_tune(args) -> dict[str, Any]:
             raise TaskDataError(f"metric {name!r} does not fit a {spec.task_type} task; use one of {list(allowed)}")
     seeds = parse_seeds(args.seeds)
     check_reused_folder(args, seeds)
-    splits = load_task_data(spec, args.data_dir, args.max_train_samples, args.max_eval_samples, args.data_seed)
+    splits = load_task_data(spec, args.data_dir, args.max_train_samples, args.max_eval_samples, args.data_seed,
+                            args.hold_out_test)
     args.trust_remote_code = trusts_remote_code(args.model, args.trust_remote_code)
     tokenizer, config = load_tokenizer_and_config(args.model, spec, args.trust_remote_code)
     post_training = post_training_info(args.model, args.post_training_method, args.post_training_sentences)

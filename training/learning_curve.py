@@ -69,7 +69,8 @@ def checkpoint_model(run: Path, checkpoint: Path, config, out: Path) -> Path:
 
 
 def learning_curve(run: str | Path, tasks: dict[str, str], max_train_samples: int | None, max_length: int,
-                   config_file: str | None = None, data_seed: int = 0, steps: list[int] | None = None) -> dict[str, Any]:
+                   config_file: str | None = None, data_seed: int = 0, steps: list[int] | None = None,
+                   hold_out_test: dict[str, int] | None = None) -> dict[str, Any]:
     """The curve of `run` (see the module docstring); `steps`: only the checkpoints of these steps."""
     from training.linear_reads import floor, probe
 
@@ -78,7 +79,8 @@ def learning_curve(run: str | Path, tasks: dict[str, str], max_train_samples: in
     finished = (run / SUMMARY_FILE).is_file()
     if not checkpoints and not finished:
         raise TaskDataError(f"{run} holds no checkpoint and no finished model: post-train with keep_checkpoints: true")
-    splits = {name: load_task_data(get_task(name), folder, max_train_samples, None, data_seed)
+    splits = {name: load_task_data(get_task(name), folder, max_train_samples, None, data_seed,
+                                   (hold_out_test or {}).get(name, 0))
               for name, folder in tasks.items()}
     curve = {"run": str(run), "max_train_samples": max_train_samples, "data_seed": data_seed,
              "floor": {name: floor(get_task(name), splits[name]) for name in tasks}, "points": []}
@@ -131,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-length", type=int, default=64, help="tokens per text")
     p.add_argument("--data-seed", type=int, default=0, help="seed of the train subsample")
     p.add_argument("--config", help="the run's config, for checkpoints that do not hold their settings")
+    p.add_argument("--hold-out-test", action="append", default=[], metavar="NAME=N",
+                   help="a task without a test split: hold N train examples out as test (as finetune.py does)")
     p.add_argument("--steps", help="comma-separated checkpoint steps to probe (default: every kept checkpoint)")
     args = p.parse_args(argv)
     try:
@@ -141,8 +145,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise TaskDataError(f"--task {item!r}: expected NAME=DIR")
             tasks[name] = folder
         steps = [int(s) for s in args.steps.split(",")] if args.steps else None
+        held = {name: int(n) for name, _, n in (item.partition("=") for item in args.hold_out_test)}
         curve = learning_curve(args.run, tasks, args.max_train_samples, args.max_length, args.config, args.data_seed,
-                               steps)
+                               steps, held)
     except UserError as error:
         return report_error(error)
     print(table(curve))

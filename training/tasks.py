@@ -324,8 +324,11 @@ def load_hub(spec: TaskSpec, load_dataset: Callable | None = None) -> dict[str, 
 
 
 def load_task_data(spec: TaskSpec, data_dir: str | Path | None, max_train_samples: int | None = None,
-                   max_eval_samples: int | None = None, data_seed: int = 0) -> dict[str, list[dict[str, Any]]]:
-    """Load and validate train/dev(/test) records; subsample with a fixed data seed (shared by all runs)."""
+                   max_eval_samples: int | None = None, data_seed: int = 0,
+                   hold_out_test: int = 0) -> dict[str, list[dict[str, Any]]]:
+    """Load and validate train/dev(/test) records; subsample with a fixed data seed (shared by all runs).
+    `hold_out_test`: a task without a test split gets one of this many train examples (the first after a
+    shuffle with `data_seed`, as the study holds one out), taken before the train subsample."""
     if data_dir is not None:
         splits = load_local(spec, data_dir)
     elif spec.hub is not None:
@@ -342,6 +345,15 @@ def load_task_data(spec: TaskSpec, data_dir: str | Path | None, max_train_sample
             splits["dev"], splits["train"] = train[:cut], train[cut:]
     else:
         raise TaskDataError(f"task {spec.name!r} has no Hub dataset; pass --data-dir with train/dev files")
+    if hold_out_test:
+        if "test" in splits:
+            raise TaskDataError(f"task {spec.name!r} already has a test split: drop --hold-out-test")
+        if len(splits["train"]) <= hold_out_test:
+            raise TaskDataError(f"task {spec.name!r}: {len(splits['train'])} train examples, too few to hold out "
+                                f"{hold_out_test} as test")
+        train = list(splits["train"])
+        random.Random(data_seed).shuffle(train)
+        splits["test"], splits["train"] = train[:hold_out_test], train[hold_out_test:]
     for split, limit in (("train", max_train_samples), ("dev", max_eval_samples), ("test", max_eval_samples)):
         if limit is not None and split in splits and len(splits[split]) > limit:
             rows = splits[split][:]
