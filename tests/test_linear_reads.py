@@ -13,19 +13,12 @@ from scipy.stats import spearmanr
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression, Ridge
 
+from tests.test_finetune import one_thread  # noqa: F401 - autouse: tiny models gain nothing from threads
 from tests.test_finetune import args_for, stock_model_dir, toy_sentiment_dir, toy_sts_dir, write_tsv, xpt_model_dir
 from tests.test_post_train import WORDS, fresh_accelerate_state, tiny  # noqa: F401 - fixtures
 from tests.model_factories import KOREAN_WORDS, word_tokenizer
 from training import compare, finetune, linear_reads
 from training.tasks import TaskDataError, get_task, load_task_data
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def tfidf_recomputed(train_texts, fit_texts, dev_texts, test_texts=None):
