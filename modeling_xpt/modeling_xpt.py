@@ -71,7 +71,7 @@ class XPTDropout(nn.Dropout):
 
     Hand-written because torch's CPU dropout samples one Bernoulli variable per element
     (`bernoulli_`), which took a fifth of the post-training step on a 2-core CPU; this mask costs about
-    half of that, forward and backward (docs/BENCHMARKS.md, "Threshold dropout masks"). On other devices, with `threshold_mask = False`
+    half of that, forward and backward (measured with benchmarks/dropout_cost.py in the xpt repository). On other devices, with `threshold_mask = False`
     (`training.step.use_dropout_mask`), `inplace` or p outside (0, 1), it is `nn.Dropout`. The numbers
     come from torch's default generator, so `torch.manual_seed` makes them reproducible. Under
     `torch.compile` it is `nn.Dropout` too: Dynamo cannot trace `random_`, and inductor draws its own

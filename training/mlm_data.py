@@ -304,7 +304,7 @@ def pack_rows(lengths: list[int], capacity: int) -> list[list[int]]:
     so that a sentence costs at most `capacity` lookups. On 20,000 Korean texts (reviews, comments, formal
     paragraphs; 32K tokenizer, rows of 128) rows come out 99.9% full, against 80% when
     consecutive sentences fill a row until the next one does not fit: a step of the same shape trains on
-    a quarter more real tokens (docs/BENCHMARKS.md, "Best-fit packing")."""
+    a quarter more real tokens (docs/BENCHMARKS.md, "Decisions")."""
     too_long = next((i for i, n in enumerate(lengths) if n > capacity), None)
     if too_long is not None:
         raise ValueError(f"sentence {too_long} has {lengths[too_long]} tokens, more than a row's {capacity}: "
