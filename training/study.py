@@ -410,7 +410,8 @@ def collect(spec: StudySpec, out: Path) -> dict[str, Any]:
         path = out / "finetune" / SOURCE_RUN / name / RESULTS_FILE
         if finished(path.parent):
             results = json.loads(path.read_text(encoding="utf-8"))
-            floors[name], source[name] = linear_reads_of(results)["floor"], linear_reads_of(results)
+            source[name] = linear_reads_of(results)
+            floors[name] = source[name]["floor"]
     return {"spec": spec.to_dict(), "runs": runs, "missing": missing, "data_efficiency": factors,
             "separation": {name: separation(runs, name) for name in spec.tasks}, "floor": floors, "source": source}
 
