@@ -60,15 +60,16 @@ def from_source(
     Copied bit-exactly from the source: every encoder layer, position and token-type embeddings,
     the embedding LayerNorm and the MLM head transform (a source without an MLM head, such as a
     bare `BertModel`, gets a fresh transform and a warning). New: target embeddings E_T sized to
-    `tokenizer` (`init="random"` as in the paper, or `"overlap"`: source vectors, and output biases, for tokens
-    whose string exists in both vocabularies), ITLs (`itl_init="random"`, or `"copy"` of the first/last
+    `tokenizer` (`init="random"` as in the paper; `"overlap"`: source vectors, and output biases, for tokens
+    whose string exists in both vocabularies; `"fvt"`: every token the source tokenizer can spell starts as
+    the mean of its source pieces' vectors, Gee et al. 2022, eq. 1), ITLs (`itl_init="random"`, or `"copy"` of the first/last
     source layer), the output bias, and adapters when `adapter_size > 0`. `scratch=True` returns the
     same architecture with every weight random (the Scratch baseline).
 
     A summary of what was copied is left in `model.conversion_report`.
     """
-    if init not in ("random", "overlap"):
-        raise ValueError(f"init={init!r}: use 'random' (paper) or 'overlap'")
+    if init not in ("random", "overlap", "fvt"):
+        raise ValueError(f"init={init!r}: use 'random' (paper), 'overlap' or 'fvt'")
     if itl_init not in ("random", "copy"):
         raise ValueError(f"itl_init={itl_init!r}: use 'random' (paper) or 'copy'")
     if isinstance(tokenizer, (str, Path)):
@@ -111,7 +112,7 @@ def from_source(
     )
     model = XPTForMaskedLM(config)
     report = {"source": config.source_name_or_path, "family": family, "scratch": scratch,
-              "source_has_mlm_head": has_mlm_head, "copied_tensors": 0, "overlap_tokens": 0}
+              "source_has_mlm_head": has_mlm_head, "copied_tensors": 0, "overlap_tokens": 0, "fvt_tokens": 0}
     model.conversion_report = report
     if scratch:
         return model
@@ -128,21 +129,29 @@ def from_source(
             for itl, index in ((model.xpt.encoder.itl_in, 0), (model.xpt.encoder.itl_out, last)):
                 if itl is not None:
                     itl.load_state_dict(source_model.base_model.encoder.layer[index].state_dict())
-        if init == "overlap":
+        if init in ("overlap", "fvt"):
             if source_tokenizer is None:
                 source_tokenizer = source if isinstance(source, (str, Path)) else src.name_or_path
             if isinstance(source_tokenizer, (str, Path)):
                 source_tokenizer = AutoTokenizer.from_pretrained(str(source_tokenizer))
-            pairs = overlapping_tokens(tokenizer, source_tokenizer)
+            pieces = (overlapping_tokens if init == "overlap" else source_pieces)(tokenizer, source_tokenizer)
+            # E_T[t] = sum over the pieces s of t of E_S[s] / |pieces of t|
+            rows = torch.tensor([t for t, ids in pieces for _ in ids], dtype=torch.long)
+            cols = torch.tensor([s for _, ids in pieces for s in ids], dtype=torch.long)
+            weights = torch.tensor([1.0 / len(ids) for _, ids in pieces for _ in ids])
+            target = torch.tensor([t for t, _ in pieces], dtype=torch.long)
+
+            def averaged(source_rows: torch.Tensor) -> torch.Tensor:
+                weighted = source_rows.float()[cols] * weights.view(-1, *[1] * (source_rows.dim() - 1))
+                return torch.zeros(len(tokenizer), *source_rows.shape[1:]).index_add_(0, rows, weighted)[target]
+
+            embeddings = model.xpt.embeddings.target_embeddings.weight
             source_embeddings = source_state[f"{_SOURCE_LAYOUT[family][1]}.embeddings.word_embeddings.weight"]
-            target = torch.tensor([t for t, _ in pairs], dtype=torch.long)
-            origin = torch.tensor([s for _, s in pairs], dtype=torch.long)
-            model.xpt.embeddings.target_embeddings.weight[target] = source_embeddings[origin].to(
-                model.xpt.embeddings.target_embeddings.weight.dtype
-            )
-            if has_mlm_head:  # the source's output bias of a shared token belongs with its vector
-                model.lm_head.bias[target] = source_state[stock_parameter_name("lm_head.bias", family)][origin]
-            report["overlap_tokens"] = len(pairs)
+            embeddings[target] = averaged(source_embeddings).to(embeddings.dtype)
+            if has_mlm_head:  # the source's output bias of the pieces belongs with their vector
+                bias = source_state[stock_parameter_name("lm_head.bias", family)]
+                model.lm_head.bias[target] = averaged(bias).to(model.lm_head.bias.dtype)
+            report["overlap_tokens" if init == "overlap" else "fvt_tokens"] = len(pieces)
     if not has_mlm_head:
         logger.warning(
             "Source %s has no MLM head (e.g. a bare BertModel): the MLM head transform is freshly "
@@ -313,8 +322,8 @@ def _prefixed_state_dict(model: PreTrainedModel) -> dict[str, torch.Tensor]:
     return state
 
 
-def overlapping_tokens(target_tokenizer, source_tokenizer) -> list[tuple[int, int]]:
-    """(target id, source id) for target tokens whose string also exists in the source vocabulary.
+def overlapping_tokens(target_tokenizer, source_tokenizer) -> list[tuple[int, list[int]]]:
+    """(target id, [source id]) for target tokens whose string also exists in the source vocabulary.
 
     Special tokens are matched by role (mask to mask, ...). Word-boundary conventions are translated:
     SentencePiece "▁x" (word start) matches "x" in WordPiece and "Ġx" in byte-level BPE; a
@@ -322,11 +331,7 @@ def overlapping_tokens(target_tokenizer, source_tokenizer) -> list[tuple[int, in
     punctuation are what typically overlaps with an English vocabulary.
     """
     source_vocab = source_tokenizer.get_vocab()
-    pairs = {}
-    for role in ("cls_token", "sep_token", "pad_token", "unk_token", "mask_token", "bos_token", "eos_token"):
-        t, s = getattr(target_tokenizer, f"{role}_id", None), getattr(source_tokenizer, f"{role}_id", None)
-        if t is not None and s is not None:
-            pairs[t] = s
+    pairs = special_token_pairs(target_tokenizer, source_tokenizer)
     special = set(target_tokenizer.all_special_tokens)
     for token, target_id in target_tokenizer.get_vocab().items():
         if target_id in pairs or token in special:
@@ -337,4 +342,31 @@ def overlapping_tokens(target_tokenizer, source_tokenizer) -> list[tuple[int, in
             if candidate and candidate in source_vocab:
                 pairs[target_id] = source_vocab[candidate]
                 break
+    return [(t, [s]) for t, s in sorted(pairs.items())]
+
+
+def special_token_pairs(target_tokenizer, source_tokenizer) -> dict[int, int]:
+    """{target id: source id} for the special tokens both have, matched by role (mask to mask, ...)."""
+    pairs = {}
+    for role in ("cls_token", "sep_token", "pad_token", "unk_token", "mask_token", "bos_token", "eos_token"):
+        t, s = getattr(target_tokenizer, f"{role}_id", None), getattr(source_tokenizer, f"{role}_id", None)
+        if t is not None and s is not None:
+            pairs[t] = s
+    return pairs
+
+
+def source_pieces(target_tokenizer, source_tokenizer) -> list[tuple[int, list[int]]]:
+    """(target id, source ids) for FVT (Gee et al. 2022): each target token's text as the source
+    tokenizer spells it. Special tokens map by role; the source's unknown token is dropped from a
+    spelling, and a token spelt by nothing else keeps its random vector."""
+    pairs = {t: [s] for t, s in special_token_pairs(target_tokenizer, source_tokenizer).items()}
+    special = set(target_tokenizer.all_special_tokens)
+    unknown = source_tokenizer.unk_token_id
+    for token, target_id in target_tokenizer.get_vocab().items():
+        if target_id in pairs or token in special:
+            continue
+        text = target_tokenizer.convert_tokens_to_string([token]).strip()
+        ids = [i for i in source_tokenizer(text, add_special_tokens=False)["input_ids"] if i != unknown]
+        if ids:
+            pairs[target_id] = ids
     return sorted(pairs.items())

@@ -25,8 +25,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--source", required=True, help="Hub id or folder of a BERT, RoBERTa, XLM-RoBERTa or ELECTRA (embedding size = hidden size) checkpoint")
     parser.add_argument("--tokenizer", required=True, help="target-language tokenizer folder or Hub id")
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--init", choices=("random", "overlap"), default="random",
-                        help="target embeddings: random (paper) or copy source vectors of shared tokens")
+    parser.add_argument("--init", choices=("random", "overlap", "fvt"), default="random",
+                        help="target embeddings: random (paper), copies of source vectors of shared tokens (overlap), "
+                             "or the mean of each token's source pieces (fvt)")
     parser.add_argument("--itl-init", choices=("random", "copy"), default="random",
                         help="ITLs: random (paper) or copies of the first/last source layer")
     parser.add_argument("--no-itl", action="store_true", help="no ITL_in and no ITL_out (ablation)")

@@ -99,6 +99,22 @@ def test_overlap_init_copies_shared_tokens_only(source, tok, family):
     assert model.conversion_report["overlap_tokens"] == len(target) - 1
 
 
+def test_fvt_init_averages_the_source_pieces_of_each_token(source, tok, family):
+    target = word_tokenizer(family, ["학교에 .", "학교에", "새단어"])  # 2 source pieces, 1 piece, none
+    random_init = from_source(source, target).xpt.embeddings.target_embeddings.weight
+    model = from_source(source, target, init="fvt", source_tokenizer=tok)
+    E = model.xpt.embeddings.target_embeddings.weight
+    W = source.base_model.embeddings.word_embeddings.weight
+    pieces = [tok.convert_tokens_to_ids(w) for w in ("학교에", ".")]
+    torch.testing.assert_close(E[target.convert_tokens_to_ids("학교에 .")], W[pieces].mean(0))
+    assert torch.equal(E[target.convert_tokens_to_ids("학교에")], W[pieces[0]])
+    assert torch.equal(E[target.mask_token_id], W[tok.mask_token_id])
+    new = target.convert_tokens_to_ids("새단어")  # spelt only by the source's unknown token: random, as without FVT
+    assert not torch.equal(E[new], W[tok.unk_token_id]) and E[new].abs().sum() > 0
+    assert model.conversion_report["fvt_tokens"] == len(target) - 1
+    assert not torch.equal(E, random_init)
+
+
 
 def test_scratch_has_same_shapes_and_no_copied_weights(source, tok, family):
     scratch = from_source(source, tok, scratch=True)

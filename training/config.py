@@ -85,7 +85,7 @@ class PostTrainConfig:
     tokenizer: str | None = arg(None, "folder or Hub id of the Korean tokenizer; None: train one on the train split")
     tokenizer_vocab_size: int = arg(32000, "vocabulary of the tokenizer trained when `tokenizer` is None")
     tokenizer_train_sentences: int = arg(200000, "sentences of the train split the tokenizer is trained on")
-    embedding_init: str = arg("random", "random (paper) | overlap")
+    embedding_init: str = arg("random", "random (paper) | overlap (copy shared tokens) | fvt (mean of source pieces)")
     itl_init: str = arg("random", "random (paper) | copy")
     output_bias_init: str = arg("unigram", "zeros (paper) | unigram: start the MLM output bias b (Eq. 5) at the log frequencies "
                                 "of the training tokens, so the first steps need not learn the frequency baseline "
@@ -458,8 +458,8 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
     method = c.method_entry()
     if c.push_to_hub is not None:
         _validate_push(c)
-    if c.embedding_init not in ("random", "overlap"):
-        raise ConfigError("embedding_init", f"{c.embedding_init!r}: use 'random' or 'overlap'")
+    if c.embedding_init not in ("random", "overlap", "fvt"):
+        raise ConfigError("embedding_init", f"{c.embedding_init!r}: use 'random', 'overlap' or 'fvt'")
     if c.output_bias_init not in ("zeros", "unigram"):
         raise ConfigError("output_bias_init", f"{c.output_bias_init!r}: use 'zeros' or 'unigram'")
     if c.itl_init not in ("random", "copy"):
