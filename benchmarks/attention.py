@@ -30,18 +30,14 @@ import os
 import statistics
 import time
 
-import sys
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks.throughput import rotated  # noqa: E402
-from modeling_xpt.modeling_xpt import XPTDropout, explicit_attention  # noqa: E402
+from benchmarks.throughput import rotated
+from modeling_xpt.modeling_xpt import XPTDropout, explicit_attention
 
 
 def packed_segments(batch: int, length: int, mean: int, seed: int) -> torch.Tensor:

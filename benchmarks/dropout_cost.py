@@ -23,13 +23,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
 
-import torch  # noqa: E402
+import torch
 
-from benchmarks import throughput as tp  # noqa: E402
+from benchmarks import throughput as tp
 
 VARIANTS = {  # name: (attention dropout, hidden dropout, mask, attention); None keeps the source's value / the default
     "as-source": (None, None, "threshold", None),

@@ -93,11 +93,9 @@ from pathlib import Path
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
 
-from training.config import PostTrainConfig, PhaseConfig  # noqa: E402
-from training.step import (  # noqa: E402
+from training.config import PostTrainConfig, PhaseConfig
+from training.step import (
     SpeedSettings,
     cpu_class,
     resolve_speed,

@@ -20,17 +20,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-from collections import defaultdict  # noqa: E402
-from typing import Any  # noqa: E402
+import argparse
+import json
+from collections import defaultdict
+from typing import Any
 
-from tokenization.errors import UserError, report_error  # noqa: E402
-from training.run_record import RESULTS_FILE  # noqa: E402
+from tokenization.errors import UserError, report_error
+from training.run_record import RESULTS_FILE
 
 REQUIRED = ("task", "metric")
 FLOOR = "no-model floor (TF-IDF)"

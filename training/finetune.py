@@ -39,27 +39,25 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
 
-import argparse  # noqa: E402
-import inspect  # noqa: E402
-import json  # noqa: E402
-import math  # noqa: E402
-import platform  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
-from typing import Any  # noqa: E402
+import argparse
+import inspect
+import json
+import math
+import platform
+import statistics
+import time
+from typing import Any
 
-import numpy as np  # noqa: E402
-from tqdm.auto import tqdm  # noqa: E402
+import numpy as np
+from tqdm.auto import tqdm
 
-from training import metrics_downstream, sentence_similarity  # noqa: E402
-from training.finetuned_model import SAVE_CHOICES  # noqa: E402
-from training.run_record import RESULTS_FILE, RecordError, RunRecord  # noqa: E402
-from tokenization.errors import UserError, report_error  # noqa: E402
-from training.tasks import TaskDataError, TaskSpec, load_task_data, spec_from_cli  # noqa: E402
+import modeling_xpt
+from training import metrics_downstream, sentence_similarity
+from training.finetuned_model import SAVE_CHOICES
+from training.run_record import RESULTS_FILE, RecordError, RunRecord
+from tokenization.errors import UserError, report_error
+from training.tasks import TaskDataError, TaskSpec, load_task_data, spec_from_cli
 
 MODES = ("finetune", "probe", "both")
 PAPER_DEFAULTS = {"batch_size": 32, "learning_rate": 5e-5, "epochs": 10, "warmup_ratio": 0.06,
@@ -84,7 +82,7 @@ def written_by_this_package(model: str) -> bool:
     """A local folder whose remote-code files are byte for byte this package's own: running them runs
     nothing that importing this package would not."""
     folder = Path(model)
-    package = REPO_ROOT / "modeling_xpt"
+    package = Path(modeling_xpt.__file__).parent
     names = ("configuration_xpt.py", "modeling_xpt.py")
     return folder.is_dir() and all((folder / n).is_file() and (folder / n).read_bytes() == (package / n).read_bytes()
                                    for n in names)

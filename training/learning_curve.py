@@ -20,19 +20,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import tempfile  # noqa: E402
-from typing import Any  # noqa: E402
+import argparse
+import json
+import tempfile
+from typing import Any
 
-from tokenization.errors import UserError, report_error  # noqa: E402
-from training.checkpointing import list_checkpoints, read_state  # noqa: E402
-from training.run_record import SUMMARY_FILE  # noqa: E402
-from training.tasks import TaskDataError, get_task, load_task_data  # noqa: E402
+from tokenization.errors import UserError, report_error
+from training.checkpointing import list_checkpoints, read_state
+from training.run_record import SUMMARY_FILE
+from training.tasks import TaskDataError, get_task, load_task_data
 
 CURVE_FILE = "learning_curve.json"
 

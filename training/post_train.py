@@ -63,27 +63,24 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-import transformers  # noqa: E402
-from accelerate import Accelerator  # noqa: E402
-from accelerate.utils import is_tensorboard_available, set_seed  # noqa: E402
-from tqdm.auto import tqdm  # noqa: E402
-from transformers import AutoTokenizer  # noqa: E402
-from transformers.modeling_outputs import MaskedLMOutput  # noqa: E402
+import numpy as np
+import torch
+import torch.nn.functional as F
+import transformers
+from accelerate import Accelerator
+from accelerate.utils import is_tensorboard_available, set_seed
+from tqdm.auto import tqdm
+from transformers import AutoTokenizer
+from transformers.modeling_outputs import MaskedLMOutput
 
-from cards.push import PushError, push_to_hub  # noqa: E402
-from modeling_xpt import save_model_folder  # noqa: E402
-from modeling_xpt.modeling_xpt import XPTSelfAttention  # noqa: E402
-from modeling_xpt.tokenizer_files import recorded_language  # noqa: E402
-from tokenization.errors import UserError, report_error  # noqa: E402
-from tokenization.train_tokenizer import train_tokenizer  # noqa: E402
-from training.checkpointing import (  # noqa: E402
+from cards.push import PushError, push_to_hub
+from modeling_xpt import save_model_folder
+from modeling_xpt.modeling_xpt import XPTSelfAttention
+from modeling_xpt.tokenizer_files import recorded_language
+from tokenization.errors import UserError, report_error
+from tokenization.train_tokenizer import train_tokenizer
+from training.checkpointing import (
     DiskFull,
     FolderInUse,
     checkpoint_problem,
@@ -94,8 +91,8 @@ from training.checkpointing import (  # noqa: E402
     read_state,
     save_checkpoint,
 )
-from cards.folder import looks_like_hub_id  # noqa: E402
-from training.config import (  # noqa: E402
+from cards.folder import looks_like_hub_id
+from training.config import (
     ConfigError,
     PhaseConfig,
     PostTrainConfig,
@@ -111,8 +108,8 @@ from training.config import (  # noqa: E402
     tokenizer_family,
     validate_config,
 )
-from training.intrinsic import MetricSums  # noqa: E402
-from training.mlm_data import (  # noqa: E402
+from training.intrinsic import MetricSums
+from training.mlm_data import (
     BatchSchedule,
     Masker,
     TrainMicroBatches,
@@ -124,8 +121,8 @@ from training.mlm_data import (  # noqa: E402
     row_stats,
     train_loader,
 )
-from training.run_record import SUMMARY_FILE, BatchRecord, DataRecord, PhaseRecord, RunRecord  # noqa: E402
-from training.step import (  # noqa: E402
+from training.run_record import SUMMARY_FILE, BatchRecord, DataRecord, PhaseRecord, RunRecord
+from training.step import (
     SpeedSettings,
     cpu_class,
     describe_speed,

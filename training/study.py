@@ -41,25 +41,23 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
 
-import argparse  # noqa: E402
-import dataclasses  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import random  # noqa: E402
-import shutil  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from typing import Any  # noqa: E402
+import argparse
+import dataclasses
+import json
+import os
+import random
+import shutil
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
 
-import yaml  # noqa: E402
+import yaml
 
-from tokenization.corpus_io import COMPLETE_MARKER, corpus_complete  # noqa: E402
-from tokenization.errors import UserError, report_error  # noqa: E402
-from training.run_record import RESULTS_FILE, RecordError, RunRecord  # noqa: E402
+from tokenization.corpus_io import COMPLETE_MARKER, corpus_complete
+from tokenization.errors import UserError, report_error
+from training.run_record import RESULTS_FILE, RecordError, RunRecord
 
 PRESETS = ("tiny", "cpu", "gpu", "paper")
 BASELINE = "scratch"
@@ -162,7 +160,8 @@ def load_spec(preset: str | None, spec_file: str | None, extra_tasks: list[str])
     else:
         path = REPO_ROOT / "configs" / f"study-{preset}.yaml"
     if not path.is_file():
-        raise StudyError(f"study spec {path} not found" + (f" (presets: {', '.join(PRESETS)})" if not spec_file else ""))
+        raise StudyError(f"study spec {path} not found" + ("" if spec_file else f" (presets: {', '.join(PRESETS)}, read "
+                         "from the repository's configs/; from an installed copy pass --spec FILE)"))
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as error:

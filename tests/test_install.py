@@ -1,0 +1,67 @@
+"""The project as users install it: a regular (not editable) `pip install` puts the four packages and
+the `xpt-*` commands in place, and a command runs from there, outside the repository."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+PACKAGES = ("modeling_xpt", "tokenization", "training", "cards")
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """`pip install --target` of a copy of the sources (the build writes its build/ folder there)."""
+    tmp = tmp_path_factory.mktemp("install")
+    source = tmp / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO_ROOT / name, source / name)
+    for package in PACKAGES:
+        shutil.copytree(REPO_ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    site = tmp / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--target", str(site), str(source)], check=True, capture_output=True, text=True)
+    # PYTHONPATH first: the installed copy wins over the editable install of the checkout.
+    env = {**os.environ, "PYTHONPATH": str(site), "OMP_NUM_THREADS": "1"}
+    return site, env, tmp
+
+
+def test_every_package_and_command_is_installed(installed):
+    site, env, tmp = installed
+    scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert {target.split(".")[0] for target in scripts.values()} == set(PACKAGES)
+    for command in scripts:
+        assert (site / "bin" / command).is_file(), command
+    where = subprocess.run([sys.executable, "-c", "import " + ", ".join(PACKAGES) + "; print("
+                            + ", ".join(f"{p}.__file__" for p in PACKAGES) + ")"],
+                           cwd=tmp, env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert all(path.startswith(str(site)) for path in where), where
+
+
+def test_an_installed_command_trains_a_tokenizer_outside_the_repository(installed):
+    from transformers import AutoTokenizer
+
+    site, env, tmp = installed
+    corpus = tmp / "corpus.txt"
+    corpus.write_text("\n".join(f"영화가 정말 재미있었다 {i}번째 문장입니다." for i in range(200)), encoding="utf-8")
+    done = subprocess.run([str(site / "bin" / "xpt-train-tokenizer"), "--corpus", str(corpus), "--vocab-size", "50",
+                           "--family", "bert", "--out", str(tmp / "tok"), "--no-progress"],
+                          cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    tokenizer = AutoTokenizer.from_pretrained(str(tmp / "tok"))
+    assert len(tokenizer) == 50 and tokenizer.mask_token == "[MASK]"
+    assert tokenizer.decode(tokenizer("영화가 정말")["input_ids"], skip_special_tokens=True) == "영화가 정말"
+
+
+def test_an_installed_command_names_a_bad_input_in_one_line(installed):
+    site, env, tmp = installed
+    done = subprocess.run([str(site / "bin" / "xpt-post-train"), "--config", str(tmp / "missing.yaml")],
+                          cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "missing.yaml" in done.stderr and "Traceback" not in done.stderr, done.stderr
