@@ -14,12 +14,12 @@ filled next-fit like `training/mlm_data.py`, padding at row ends):
                       the segment ids inside the compiled function (no dense mask materialised);
                       torch 2.13 has no FlexAttention backward on CPU, so there the row says so
   sdpa-no-mask        unmasked SDPA (wrong for packed rows): the floor, what the mask costs
-  xpt-explicit        the model's `explicit_attention` (fp32 scores and probabilities, the mask as an
-                      in-place bias) with `XPTDropout`'s threshold masks on CPU
+  xpt-explicit        post-training's `threshold_eager_attention` (fp32 scores and probabilities, the
+                      mask as an in-place bias) with `ThresholdDropout`'s masks on CPU
   xpt-explicit-torch-masks  the same with torch's dropout
 
 `--dropout p` applies attention dropout in every path that has it (SDPA's `dropout_p`, the explicit
-paths' `XPTDropout`); FlexAttention has none and is left out then. Without dropout the outputs are
+paths' dropout modules); FlexAttention has none and is left out then. Without dropout the outputs are
 checked against sdpa-dense. The paths then run interleaved in rounds whose order rotates; prints
 the median ms per call and the min-max over rounds.
 """
@@ -29,15 +29,15 @@ import argparse
 import os
 import statistics
 import time
+from types import SimpleNamespace
 
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 
 from benchmarks.throughput import rotated
-from modeling_xpt.modeling_xpt import XPTDropout, explicit_attention
+from training.masked_lm import ThresholdDropout, threshold_eager_attention
 
 
 def packed_segments(batch: int, length: int, mean: int, seed: int) -> torch.Tensor:
@@ -94,11 +94,11 @@ def main(argv=None) -> int:
     def unmasked(q, k, v, seg):
         return F.scaled_dot_product_attention(q, k, v, dropout_p=args.dropout)
 
-    threshold, torch_masks = XPTDropout(args.dropout).train(), XPTDropout(args.dropout).train()
-    torch_masks.threshold_mask = False
+    threshold = SimpleNamespace(dropout=ThresholdDropout(args.dropout).train())
+    torch_masks = SimpleNamespace(dropout=torch.nn.Dropout(args.dropout).train())
 
-    def explicit(dropout):
-        return lambda q, k, v, seg: explicit_attention(q, k, v, dense, dropout)[0]
+    def explicit(module):  # its output is (batch, length, heads, d_head), as AttentionInterface functions return
+        return lambda q, k, v, seg: threshold_eager_attention(module, q, k, v, dense, dropout=args.dropout)[0].transpose(1, 2)
 
     paths = {"sdpa-dense": sdpa, "sdpa-dense-compiled": torch.compile(sdpa), "flex-blockmask": torch.compile(flex),
              "sdpa-no-mask": unmasked, "xpt-explicit": explicit(threshold),

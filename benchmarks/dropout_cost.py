@@ -1,14 +1,14 @@
 """What dropout costs the post-training step on this machine: the `xpt` path of `throughput.py`
 (same model builder, batches, optimiser and step) with dropout as in the source (masks drawn by
-`XPTDropout`'s threshold, and by torch's `bernoulli_`), without attention dropout, and without any
-dropout, run in interleaved rounds whose order rotates; and with `XPTDropout`'s earlier boolean mask.
+`ThresholdDropout`'s threshold, and by torch's `bernoulli_`), without attention dropout, and without any
+dropout, run in interleaved rounds whose order rotates; and with `ThresholdDropout`'s earlier boolean mask.
 
     python benchmarks/dropout_cost.py --size minilm --seq-len 128 --batch-size 16 \
         --tokenizer runs/tok32k-bench --rounds 5 --steps-per-round 2
 
 First, the masks alone: forward and backward of dropout (p = 0.1) on the step's hidden-state shape
 (bf16, as under autocast) and attention-probability shape (fp32), torch's `F.dropout` against
-`XPTDropout` (its mask in the input's dtype, and the earlier boolean mask), interleaved. Prints
+`ThresholdDropout` (its mask in the input's dtype, and the earlier boolean mask), interleaved. Prints
 milliseconds and real tokens/s per variant (median and min-max over rounds) and the load average.
 """
 from __future__ import annotations
@@ -40,11 +40,11 @@ VARIANTS = {  # name: (attention dropout, hidden dropout, mask, attention); None
 
 
 def boolean_mask_dropout():
-    """`XPTDropout` with its earlier mask: the same draws and threshold, kept as a boolean tensor (which
+    """`ThresholdDropout` with its earlier mask: the same draws and threshold, kept as a boolean tensor (which
     torch's CPU kernels copy to the other operand's dtype before multiplying, forward and backward)."""
-    from modeling_xpt.modeling_xpt import XPTDropout
+    from training.masked_lm import ThresholdDropout
 
-    class BooleanMaskDropout(XPTDropout):
+    class BooleanMaskDropout(ThresholdDropout):
         def keep_mask(self, like):
             numbers, threshold = self.draw(like)
             return numbers >= threshold - 32768, 65536 / (65536 - threshold)
@@ -53,23 +53,23 @@ def boolean_mask_dropout():
 
 
 def with_boolean_masks(model):
-    """`model` with every `XPTDropout` drawing the earlier boolean mask (same p)."""
-    from modeling_xpt.modeling_xpt import XPTDropout
+    """`model` with every dropout drawing the earlier boolean mask (same p); `use_speed_paths` leaves
+    these modules as they are, and the eager attention draws its masks through them."""
+    from training.masked_lm import ThresholdDropout
 
     cls = boolean_mask_dropout()
     for module in model.modules():
-        if type(module) is XPTDropout:
+        if type(module) in (torch.nn.Dropout, ThresholdDropout):
             module.__class__ = cls
     return model
 
 
 def mask_costs(shapes: dict[str, tuple[tuple[int, ...], torch.dtype]], rounds: int, reps: int = 5) -> dict:
     """Milliseconds of dropout forward + backward per shape and mask kind: {(shape name, kind): [ms per round]}."""
-    from modeling_xpt.modeling_xpt import XPTDropout
+    from training.masked_lm import ThresholdDropout
 
-    kinds = {"torch": XPTDropout(0.1).train(), "boolean": boolean_mask_dropout()(0.1).train(),
-             "threshold": XPTDropout(0.1).train()}
-    kinds["torch"].threshold_mask = False
+    kinds = {"torch": torch.nn.Dropout(0.1).train(), "boolean": boolean_mask_dropout()(0.1).train(),
+             "threshold": ThresholdDropout(0.1).train()}
     times = {(name, kind): [] for name in shapes for kind in kinds}
     for r in range(rounds):
         for name, (shape, dtype) in shapes.items():
@@ -83,8 +83,8 @@ def mask_costs(shapes: dict[str, tuple[tuple[int, ...], torch.dtype]], rounds: i
 
 
 def without_dropout(model, attention: float | None, hidden: float | None):
-    """A copy of `model` with post-training's dropout override (`post_train.set_dropout`)."""
-    from training.post_train import set_dropout
+    """A copy of `model` with post-training's dropout override (`masked_lm.set_dropout`)."""
+    from training.masked_lm import set_dropout
 
     model = copy.deepcopy(model)
     set_dropout(model, hidden, attention)
@@ -104,7 +104,8 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     from accelerate import Accelerator
 
-    from training.config import PostTrainConfig, source_family
+    from training.config import PostTrainConfig
+    from training.inputs import source_family
     from training.methods import METHODS
     from training.step import resolve_speed, retain_freed_memory
 

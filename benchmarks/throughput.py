@@ -23,16 +23,16 @@ dropout on, one micro-batch of B rows x seq-len per step:
                 function (`training.step.resolve_speed`: bf16 autocast where the hardware has it; compile
                 on CUDA, eager on every CPU class; explicit fp32 attention on CPU, SDPA on CUDA;
                 threshold dropout masks and retained freed memory (`retain_freed_memory`) on CPU): batches
-                from `training/mlm_data.py`
+                from `training/mlm_data.py` and `training/mlm_batches.py`
                 (`build_token_rows` best-fit packing, exact-count `Masker`, `collate`'s block mask and
                 restarting positions, `TrainMicroBatches`), the model from `training/methods.py` (`xpt`),
-                the optimiser from `post_train.build_optimizer`.
+                the optimiser from `training.step.build_optimizer`.
   xpt-eager     XPT without compile, static head and fused AdamW (the step before these changes).
   xpt-eager-fused, xpt-compiled, xpt-compiled-exact-head, xpt-compiled-foreach, xpt-fp32, xpt-sdpa,
   xpt-attn-eager, xpt-torch-dropout, xpt-default-malloc, xpt-next-fit
                 one setting of `xpt` changed each, to measure it on its own (xpt-compiled: inductor with
                 the static head; xpt-fp32: no autocast; xpt-sdpa / xpt-attn-eager: that attention;
-                xpt-torch-dropout: torch's dropout masks instead of `XPTDropout`'s threshold masks;
+                xpt-torch-dropout: torch's dropout masks instead of `ThresholdDropout`'s;
                 xpt-default-malloc: glibc's default malloc; xpt-next-fit: rows packed next-fit, the
                 packer before best-fit).
 
@@ -101,8 +101,6 @@ from training.step import (
     resolve_speed,
     retain_freed_memory,
     training_step,
-    use_attention,
-    use_dropout_mask,
 )
 
 DEFAULT_CORPUS = REPO_ROOT.parent / "shared" / "data" / "corpus"
@@ -200,7 +198,7 @@ def load_tokenizer(args, texts, family: str, workdir: Path):
 
 def source_for(size: str, workdir: Path) -> str:
     """A source checkpoint of the size: the offline MiniLM package, or a random one saved to `workdir`."""
-    from training.config import resolve_source
+    from training.inputs import resolve_source
 
     if size == "minilm":
         try:
@@ -224,7 +222,8 @@ def xpt_batches(texts, tokenizer, model, args, workdir: Path, n: int, pad_to: in
     `next_fit`, from rows packed as post_train.py packed them before best-fit (`next_fit_rows`)."""
     import datasets
 
-    from training.mlm_data import BatchSchedule, Masker, TrainMicroBatches, build_token_rows
+    from training.mlm_batches import BatchSchedule, Masker, TrainMicroBatches
+    from training.mlm_data import build_token_rows
 
     offset = model.config.position_offset
     rows = build_token_rows({"train": datasets.Dataset.from_dict({"text": texts})}, tokenizer,
@@ -360,16 +359,20 @@ def build_runner(path: Path_, xpt_model, tokenizer, texts, args, workdir, accele
     import copy
 
     from modeling_xpt import to_stock
-    from training.post_train import build_optimizer, compile_for_training
+    from training.masked_lm import MaskedLMTraining, use_speed_paths
+    from training.step import build_optimizer, compile_for_training
 
     device = accelerator.device
     if path.stock:
         model = to_stock(xpt_model)
+        model.config._attn_implementation = path.speed.attention
         batches = stock_batches(texts, tokenizer, args, n_batches)
-    else:
+    else:  # what post-training runs: its speed paths, the LM head at the masked positions
         model = copy.deepcopy(xpt_model)
         batches = xpt_batches(texts, tokenizer, model, args, workdir, n_batches,
                               pad_to=args.seq_len if path.speed.compile else None, next_fit=path.next_fit)
+        use_speed_paths(model, path.speed.attention, path.speed.dropout_mask)
+        model = MaskedLMTraining(model)
     model.train()
     config = PostTrainConfig(learning_rate=1e-4, weight_decay=0.01)
     phase = PhaseConfig("phase2", "all", 10 ** 6, 1e-4, 0, "constant")
@@ -378,8 +381,6 @@ def build_runner(path: Path_, xpt_model, tokenizer, texts, args, workdir, accele
         model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     else:  # an fp32 path beside mixed-precision ones: the same step without the autocast wrapper
         model.to(device)
-    use_attention(accelerator.unwrap_model(model), path.speed.attention)
-    use_dropout_mask(accelerator.unwrap_model(model), path.speed.dropout_mask)
     step_module = compile_for_training(model) if path.speed.compile else model
     capacity = dict(length=args.seq_len, mlm_probability=0.15) if path.speed.masked_capacity else None
     raw = accelerator.unwrap_model(model)
@@ -610,7 +611,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    from training.config import source_family
+    from training.inputs import source_family
 
     best, table = path_settings(args)
     unknown = [p for p in args.paths if p not in table]

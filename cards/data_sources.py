@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .folder import looks_like_hub_id
+from training.inputs import looks_like_hub_id
+
 from .public import corpus_hub_datasets, corpus_stats
 
 # file name (as found in a local data folder) -> (description / domain, licence)
@@ -22,9 +23,9 @@ KNOWN_FILES = {
                          "Wikinews CC BY 2.5, UNESCO CC BY-SA 3.0 IGO, others CC BY / public domain as listed by that "
                          "project"),
 }
-# Hub dataset id -> (description / domain, licence)
+# Hub dataset id -> (description / domain, licence); "{language}" is the target language's English name.
 KNOWN_HUB = {
-    "wikimedia/wikipedia": ("Wikipedia articles (encyclopedic, formal written Korean)", "CC BY-SA 4.0 and GFDL"),
+    "wikimedia/wikipedia": ("Wikipedia articles (encyclopedic, formal written {language})", "CC BY-SA 4.0 and GFDL"),
 }
 # Fine-tuning task name (results.json "task") -> (description, licence, Hub task type, pretty metric name)
 KNOWN_TASKS = {
@@ -36,8 +37,25 @@ KNOWN_TASKS = {
 TASK_HUB_DATASETS = {"korsts": ("kakaobrain/kor_nlu", "sts"), "nsmc": ("e9t/nsmc", None)}
 
 
-def describe_data(spec: str | None) -> tuple[list[str], list[tuple[str, str, str]]]:
-    """(Hub dataset ids, [(name, description, licence)]) for a post-training data spec."""
+def locate_spec(spec: str | None) -> str | None:
+    """A post-training data spec as a path that exists here: a relative local path is tried from the
+    working directory, then from the repository root; anything else is returned as it is."""
+    if not spec:
+        return spec
+    if Path(spec).exists() or Path(spec).is_absolute():
+        return spec
+    root = Path(__file__).resolve().parents[1]
+    return str(root / spec) if (root / spec).exists() else spec
+
+
+def _hub_entry(hub: str, language: str) -> tuple[str, str, str]:
+    description, licence = KNOWN_HUB[hub]
+    return hub, description.format(language=language), licence
+
+
+def describe_data(spec: str | None, language: str = "Korean") -> tuple[list[str], list[tuple[str, str, str]]]:
+    """(Hub dataset ids, [(name, description, licence)]) for a post-training data spec; `language`
+    (an English name) is the language of the text a Hub dataset was read in."""
     if not spec:
         return [], []
     spec = str(spec)
@@ -52,14 +70,13 @@ def describe_data(spec: str | None) -> tuple[list[str], list[tuple[str, str, str
         # a prepared corpus names its own inputs in stats.json
         files += [Path(str(i.get("input", ""))).name for i in stats.get("inputs") or [] if isinstance(i, dict)]
         known = [(name, *KNOWN_FILES[name]) for name in dict.fromkeys(files) if name in KNOWN_FILES]
-        known += [(hub, *KNOWN_HUB[hub]) for hub in hub_ids if hub in KNOWN_HUB]
+        known += [_hub_entry(hub, language) for hub in hub_ids if hub in KNOWN_HUB]
         return hub_ids, known
     if hub_ids:
-        return hub_ids, [(hub, *KNOWN_HUB[hub]) for hub in hub_ids if hub in KNOWN_HUB]
+        return hub_ids, [_hub_entry(hub, language) for hub in hub_ids if hub in KNOWN_HUB]
     if looks_like_hub_id(spec):
-        base = spec
-        if base in KNOWN_HUB:
-            return [spec], [(spec, *KNOWN_HUB[base])]
+        if spec in KNOWN_HUB:
+            return [spec], [_hub_entry(spec, language)]
         return [spec], []
     return [], []
 

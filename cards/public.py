@@ -12,7 +12,9 @@ import os
 import re
 from pathlib import Path
 
-from .folder import PACKAGE_HUB_IDS, hub_source_id, looks_like_hub_id
+from training.inputs import looks_like_hub_id
+
+from .folder import PACKAGE_HUB_IDS, hub_source_id
 
 # Absolute paths under the usual roots of user, temporary and mounted data (POSIX and Windows),
 # not preceded by a URL or word character (so "https://huggingface.co/org/x" is not one).

@@ -42,7 +42,7 @@ from tokenization.errors import UserError, report_error
 from training.run_record import SUMMARY_FILE, RunRecord
 
 from .folder import CARD_FILE, GENERATED_MARKER, PICKLE_SUFFIXES, RESULTS_FILE, inspect_folder, upload_files
-from .make_card import LicenseUnknown
+from .licenses import LicenseUnknown
 from .public import find_local_paths, public_config, public_summary
 from .validate import Report, validate_folder
 

@@ -19,8 +19,10 @@ import os
 import sys
 from pathlib import Path
 
-from .folder import inspect_folder, looks_like_hub_id
-from .make_card import CLASSIFICATION_EXAMPLES, fill_mask_widgets, load_tokenizer
+from training.inputs import looks_like_hub_id
+
+from .folder import inspect_folder, load_tokenizer
+from .widgets import CLASSIFICATION_EXAMPLES, fill_mask_widgets
 
 REQUIREMENTS = ["torch>=2.4", "transformers>=5.17,<6", "tokenizers>=0.21", "safetensors>=0.4"]
 

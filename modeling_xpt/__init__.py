@@ -20,7 +20,6 @@ from transformers import (
 from .configuration_xpt import SUPPORTED_SOURCE_FAMILIES, XPT_AUTO_MAP, XPTConfig
 from .conversion import from_source, to_stock
 from .modeling_xpt import (
-    PARAMETER_GROUPS,
     XPTForMaskedLM,
     XPTForQuestionAnswering,
     XPTForSequenceClassification,
@@ -28,6 +27,7 @@ from .modeling_xpt import (
     XPTModel,
     XPTPreTrainedModel,
 )
+from .parameter_groups import PARAMETER_GROUPS, parameter_group_of, parameter_groups, set_trainable_groups, trainable_groups
 from .tokenizer_files import save_model_folder, save_tokenizer
 
 _AUTO_CLASSES = {
@@ -47,7 +47,6 @@ for _auto_class, _model_class in _AUTO_CLASSES.items():
 __all__ = [
     "PARAMETER_GROUPS",
     "SUPPORTED_SOURCE_FAMILIES",
-    "XPT_AUTO_MAP",
     "XPTConfig",
     "XPTForMaskedLM",
     "XPTForQuestionAnswering",
@@ -55,8 +54,13 @@ __all__ = [
     "XPTForTokenClassification",
     "XPTModel",
     "XPTPreTrainedModel",
+    "XPT_AUTO_MAP",
     "from_source",
+    "parameter_group_of",
+    "parameter_groups",
     "save_model_folder",
     "save_tokenizer",
+    "set_trainable_groups",
     "to_stock",
+    "trainable_groups",
 ]

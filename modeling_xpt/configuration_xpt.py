@@ -86,9 +86,8 @@ class XPTConfig(PretrainedConfig):
         tie_word_embeddings (`bool`, *optional*, defaults to `True`):
             Tie the MLM decoder to the target embeddings (Eq. 5).
 
-    The attention implementation is chosen with `attn_implementation="sdpa"` (default) or `"eager"`
-    (the explicit softmax(QK^T)V in fp32). Dropout masks on CPU are drawn by `XPTDropout`
-    (modeling_xpt.py), a cheaper equivalent of torch's.
+    The attention implementation is chosen with `attn_implementation="sdpa"` (default), `"eager"`
+    (the explicit softmax(QK^T)V in fp32), or a name registered with transformers' `AttentionInterface`.
 
     Example:
 

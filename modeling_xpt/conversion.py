@@ -5,7 +5,7 @@
     model = from_source("FacebookAI/roberta-base", "runs/tok-ko")   # an XPTForMaskedLM
     stock = to_stock(model)                                          # the same network as a RobertaForMaskedLM
 
-`python -m modeling_xpt.convert` and `python -m modeling_xpt.export_stock` are the command lines
+`xpt-convert` (training/convert.py) and `python -m modeling_xpt.export_stock` are the command lines
 of these two functions. This module is part of the installed package only: saved model folders
 carry the model code (`modeling_xpt.py`, `configuration_xpt.py`), never this file.
 """
@@ -33,6 +33,7 @@ from transformers import logging as transformers_logging
 
 from .configuration_xpt import SUPPORTED_SOURCE_FAMILIES, XPTConfig
 from .modeling_xpt import XPTForMaskedLM
+from .parameter_groups import parameter_group_of
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +122,7 @@ def from_source(
     reused = {"reused_encoder", "reused_embeddings"} | ({"lm_head_transform"} if has_mlm_head else set())
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if model.parameter_group_of(name) in reused:
+            if parameter_group_of(name) in reused:
                 param.copy_(source_state[stock_parameter_name(name, family)])
                 report["copied_tensors"] += 1
         if itl_init == "copy":
@@ -204,7 +205,7 @@ def to_stock(model: XPTForMaskedLM) -> PreTrainedModel:
     for name, tensor in model.state_dict().items():
         if name == "lm_head.decoder.weight":  # tied to the target embeddings
             continue
-        if model.parameter_group_of(name) in ("target_embeddings", "lm_head_bias"):
+        if parameter_group_of(name) in ("target_embeddings", "lm_head_bias"):
             tensor = tensor[: c.vocab_size]
         state[stock_parameter_name(name, family, **layout)] = tensor
     missing, unexpected = stock.load_state_dict(state, strict=False)
@@ -234,7 +235,7 @@ def check_vocabulary(model_dir: str | Path) -> None:
                             f"the weights in {folder} have {rows} embedding rows but its config.json says vocab_size "
                             f"{config.vocab_size} ({config.padded_vocab_size} rows): config.json's vocab_size must "
                             "equal len(tokenizer) of the tokenizer the weights were trained with; restore the matching "
-                            "config/tokenizer, or convert again with `python -m modeling_xpt.convert`")
+                            "config/tokenizer, or convert again with `xpt-convert`")
                     return
 
 

@@ -10,7 +10,8 @@ embeddings E_T, with one Implicit Translation Layer (ITL) on each side of the re
     p(x_i)  = softmax(E_T g(h_i^{C+2}) + b)                   Eq. 5: MLM decoder tied to E_T
 
 Post-training trains E_T, the ITLs and b first (reused parameters frozen), then everything; the
-parameter groups that phases refer to are data (`XPTPreTrainedModel.xpt_parameter_groups`).
+parameter groups that phases refer to are named by parameter (`modeling_xpt.parameter_groups`, not
+part of the remote code).
 
 Hub remote code: this file imports only torch, public transformers API and `.configuration_xpt`,
 and has no side effects at import. Building a model from an English checkpoint and exporting it as a
@@ -23,7 +24,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import GradientCheckpointingLayer, PreTrainedModel
+from transformers import AttentionInterface, GradientCheckpointingLayer, PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -35,23 +36,6 @@ from transformers.modeling_outputs import (
 
 from .configuration_xpt import XPTConfig
 
-PARAMETER_GROUPS = (
-    "target_embeddings",  # E_T (and the decoder tied to it)
-    "itl",  # ITL_in and ITL_out
-    "reused_encoder",  # the C source layers (without adapters)
-    "reused_embeddings",  # position and token-type embeddings, embedding LayerNorm
-    "lm_head_transform",  # g(.) of Eq. 5: dense + LayerNorm
-    "lm_head_bias",  # b of Eq. 5
-    "adapters",  # bottleneck adapters (Adapters baseline)
-    "task_head",  # heads of downstream models
-)
-
-
-# --------------------------------------------------------------------------------------------
-# Layers
-# --------------------------------------------------------------------------------------------
-
-
 def position_ids_for(input_ids: torch.Tensor, pad_token_id: int | None, position_offset: int) -> torch.Tensor:
     """Position ids of the source family.
 
@@ -62,52 +46,6 @@ def position_ids_for(input_ids: torch.Tensor, pad_token_id: int | None, position
         return torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
     real = input_ids.ne(pad_token_id).int()
     return (torch.cumsum(real, dim=1) * real + (position_offset - 1)).long()
-
-
-class XPTDropout(nn.Dropout):
-    """`nn.Dropout` with a cheaper mask on CPU: each 64-bit random draw gives four 16-bit numbers,
-    and an element is kept when its number is at or above round(p * 2^16) (kept with probability
-    q = 1 - round(p * 2^16) / 2^16, 0.899994 for p = 0.1, and scaled by 1 / q, so E[output] = input).
-
-    Hand-written because torch's CPU dropout samples one Bernoulli variable per element
-    (`bernoulli_`), which took a fifth of the post-training step on a 2-core CPU; this mask costs about
-    half of that, forward and backward (measured with benchmarks/dropout_cost.py in the xpt repository). On other devices, with `threshold_mask = False`
-    (`training.step.use_dropout_mask`), `inplace` or p outside (0, 1), it is `nn.Dropout`. The numbers
-    come from torch's default generator, so `torch.manual_seed` makes them reproducible. Under
-    `torch.compile` it is `nn.Dropout` too: Dynamo cannot trace `random_`, and inductor draws its own
-    masks.
-    """
-
-    threshold_mask: bool = True
-
-    def uses_threshold_mask(self, hidden_states: torch.Tensor) -> bool:
-        return (self.training and self.threshold_mask and hidden_states.device.type == "cpu"
-                and 0 < self.p < 1 and not self.inplace and not torch.compiler.is_compiling())
-
-    def keep_mask(self, like: torch.Tensor) -> tuple[torch.Tensor, float]:
-        """(mask of `like`'s shape, dtype and device: 1 where an element is kept, 0 where dropped; 1 / q).
-
-        The comparison writes the mask in `like`'s dtype directly: multiplied by a boolean mask, torch's
-        CPU kernels first copy it to the other operand's dtype, forward and backward, which made that
-        product about ten times as slow on attention probabilities. The price: the mask kept for the
-        backward pass takes the dtype's bytes per element instead of one (about 75 MB more at MiniLM
-        size, batch 16 x 128, for the fp32 attention probabilities of 8 layers)."""
-        numbers, threshold = self.draw(like)
-        keep = torch.empty(like.shape, dtype=like.dtype, device=like.device)
-        torch.ge(numbers, threshold - 32768, out=keep)
-        return keep, 65536 / (65536 - threshold)
-
-    def draw(self, like: torch.Tensor) -> tuple[torch.Tensor, int]:
-        """(uniform signed 16-bit numbers of `like`'s shape, four from each 64-bit draw; round(p * 2^16))."""
-        count = like.numel()
-        draws = torch.empty((count + 3) // 4, dtype=torch.int64, device=like.device).random_(-(2**63), None)
-        return draws.view(torch.int16)[:count].view(like.shape), round(self.p * 65536)
-
-    def forward(self, hidden_states):
-        if not self.uses_threshold_mask(hidden_states):
-            return super().forward(hidden_states)
-        keep, scale = self.keep_mask(hidden_states)
-        return hidden_states * keep * scale
 
 
 class XPTEmbeddings(nn.Module):
@@ -122,7 +60,7 @@ class XPTEmbeddings(nn.Module):
             nn.Embedding(config.type_vocab_size, config.hidden_size) if config.type_vocab_size > 0 else None
         )
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = XPTDropout(config.hidden_dropout_prob)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids, token_type_ids=None, position_ids=None):
         if position_ids is None:
@@ -135,32 +73,33 @@ class XPTEmbeddings(nn.Module):
         return self.dropout(self.LayerNorm(embeddings))
 
 
-def explicit_attention(q, k, v, attention_mask, dropout: XPTDropout) -> tuple[torch.Tensor, torch.Tensor]:
-    """dropout(softmax(Q K^T / sqrt(d_head) + mask)) V computed as SDPA's math path computes it: scores,
-    softmax and P V in fp32 (autocast off), the context cast back to q's dtype. The boolean mask is
-    added in place as a bias; with `XPTDropout`'s threshold mask the 1 / q goes on P V, a quarter of
-    P's size. Returns (context, probabilities before dropout)."""
-    with torch.autocast(q.device.type, enabled=False):
-        scores = torch.matmul(q.float() * q.shape[-1] ** -0.5, k.float().transpose(-1, -2))
+def eager_attention(module, query, key, value, attention_mask, dropout: float = 0.0, **kwargs):
+    """dropout(softmax(Q K^T / sqrt(d_head) + mask)) V, written out as SDPA's math path computes it: scores,
+    softmax and P V in fp32 (autocast off), the output cast back to the query's dtype. `query`, `key`,
+    `value`: (batch, heads, length, d_head); `attention_mask`: boolean, True where attention is allowed.
+    Returns (output of shape (batch, length, heads, d_head), probabilities before dropout), the
+    convention of transformers' `AttentionInterface` functions."""
+    with torch.autocast(query.device.type, enabled=False):
+        scores = torch.matmul(query.float() * query.shape[-1] ** -0.5, key.float().transpose(-1, -2))
         if attention_mask is not None:
-            scores += torch.zeros(attention_mask.shape, device=scores.device).masked_fill_(
-                ~attention_mask, torch.finfo(scores.dtype).min)
+            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
         probs = scores.softmax(dim=-1)
-        if dropout.uses_threshold_mask(probs):
-            keep, scale = dropout.keep_mask(probs)
-            context = torch.matmul(probs * keep, v.float()) * scale
-        else:
-            context = torch.matmul(dropout(probs), v.float())
-    return context.to(q.dtype), probs
+        output = torch.matmul(F.dropout(probs, p=dropout, training=dropout > 0), value.float())
+    return output.to(query.dtype).transpose(1, 2), probs
+
+
+def sdpa_attention(module, query, key, value, attention_mask, dropout: float = 0.0, **kwargs):
+    """The same function through `F.scaled_dot_product_attention` (no probabilities returned)."""
+    output = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout)
+    return output.transpose(1, 2), None
 
 
 class XPTSelfAttention(nn.Module):
     """Multi-head self-attention: softmax(Q K^T / sqrt(d_head) + mask) V, with dropout on the probabilities.
 
-    SDPA by default. The explicit path (`explicit_attention`; `attn_implementation="eager"`, or
-    `output_attentions=True`) computes what SDPA's math path computes, in the same precision, and
-    returns the probabilities. Post-training on CPU uses it: it trained 1.2x faster than SDPA there,
-    with dropout and without (docs/BENCHMARKS.md).
+    `config._attn_implementation` picks the function: "sdpa" (default), "eager" (`eager_attention`; also
+    whenever `output_attentions=True`), or any name registered with transformers' `AttentionInterface`
+    (called with the same arguments, as transformers' own models call them).
     """
 
     def __init__(self, config: XPTConfig):
@@ -171,7 +110,8 @@ class XPTSelfAttention(nn.Module):
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
-        self.dropout = XPTDropout(config.attention_probs_dropout_prob)
+        self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
+        self.is_causal = False
 
     def forward(self, hidden_states, attention_mask=None, output_attentions=False):
         batch, length, _ = hidden_states.shape
@@ -179,14 +119,13 @@ class XPTSelfAttention(nn.Module):
             proj(hidden_states).view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
             for proj in (self.query, self.key, self.value)
         )
-        if output_attentions or self.config._attn_implementation == "eager":
-            context, probs = explicit_attention(q, k, v, attention_mask, self.dropout)
-        else:
-            probs = None
-            dropout = self.dropout.p if self.training else 0.0
-            context = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, dropout_p=dropout)
-        context = context.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)
-        return context, probs
+        implementation = "eager" if output_attentions else self.config._attn_implementation or "sdpa"
+        attention = {"eager": eager_attention, "sdpa": sdpa_attention}.get(implementation)
+        if attention is None:
+            attention = AttentionInterface()[implementation]
+        context, probs = attention(self, q, k, v, attention_mask, dropout=self.dropout.p if self.training else 0.0,
+                                   scaling=self.head_dim ** -0.5)
+        return context.reshape(batch, length, self.num_heads * self.head_dim), probs
 
 
 class XPTAdapter(nn.Module):
@@ -213,7 +152,7 @@ class XPTResidualOutput(nn.Module):
         super().__init__()
         self.dense = nn.Linear(in_features, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = XPTDropout(config.hidden_dropout_prob)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.adapter = XPTAdapter(config) if with_adapter else None
 
     def forward(self, hidden_states, residual):
@@ -307,11 +246,6 @@ def expand_attention_mask(attention_mask: torch.Tensor | None) -> torch.Tensor |
     return mask | eye
 
 
-# --------------------------------------------------------------------------------------------
-# Pretrained-model plumbing and parameter groups
-# --------------------------------------------------------------------------------------------
-
-
 class XPTPreTrainedModel(PreTrainedModel):
     config_class = XPTConfig
     base_model_prefix = "xpt"
@@ -335,50 +269,6 @@ class XPTPreTrainedModel(PreTrainedModel):
         if isinstance(module, XPTLMHead):
             nn.init.zeros_(module.bias)
 
-    @staticmethod
-    def parameter_group_of(name: str) -> str:
-        """The group of a parameter name (with or without the `xpt.` base-model prefix)."""
-        name = name.removeprefix("xpt.")
-        if ".adapter." in name:
-            return "adapters"
-        if name.startswith("embeddings.target_embeddings.") or name == "lm_head.decoder.weight":
-            return "target_embeddings"
-        if name.startswith(("encoder.itl_in.", "encoder.itl_out.")):
-            return "itl"
-        if name.startswith("encoder.layer."):
-            return "reused_encoder"
-        if name.startswith("embeddings."):
-            return "reused_embeddings"
-        if name == "lm_head.bias":
-            return "lm_head_bias"
-        if name.startswith("lm_head."):
-            return "lm_head_transform"
-        return "task_head"
-
-    def xpt_parameter_groups(self) -> dict[str, list[tuple[str, nn.Parameter]]]:
-        """Every parameter, exactly once (tied weights count once), under its group name.
-
-        All names of `PARAMETER_GROUPS` are present; groups the model lacks are empty lists.
-        """
-        groups: dict[str, list[tuple[str, nn.Parameter]]] = {name: [] for name in PARAMETER_GROUPS}
-        for name, param in self.named_parameters():
-            groups[self.parameter_group_of(name)].append((name, param))
-        return groups
-
-    def set_trainable_groups(self, group_names) -> None:
-        """`requires_grad=True` on the parameters of `group_names`, False on all others."""
-        group_names = [group_names] if isinstance(group_names, str) else list(group_names)
-        unknown = sorted(set(group_names) - set(PARAMETER_GROUPS))
-        if unknown:
-            raise ValueError(f"Unknown parameter group(s) {unknown}; valid groups are {list(PARAMETER_GROUPS)}")
-        for group, params in self.xpt_parameter_groups().items():
-            for _, param in params:
-                param.requires_grad_(group in group_names)
-
-    def trainable_groups(self) -> list[str]:
-        """Groups with at least one parameter that requires grad."""
-        return [g for g, ps in self.xpt_parameter_groups().items() if any(p.requires_grad for _, p in ps)]
-
 
 class XPTModel(XPTPreTrainedModel):
     """The bare XPT encoder: embeddings with E_T, ITL_in, reused layers, ITL_out. No pooler: sentence
@@ -396,17 +286,10 @@ class XPTModel(XPTPreTrainedModel):
     def set_input_embeddings(self, value):
         self.embeddings.target_embeddings = value
 
-    def forward(
-        self,
-        input_ids: torch.LongTensor,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs,
-    ) -> BaseModelOutput | tuple:
+    def forward(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.LongTensor | None = None, position_ids: torch.LongTensor | None = None,
+                output_attentions: bool | None = None, output_hidden_states: bool | None = None,
+                return_dict: bool | None = None, **kwargs) -> BaseModelOutput | tuple:
         r"""
         input_ids: `(batch, length)` token ids of the target tokenizer.
         attention_mask: `(batch, length)` 1 for real tokens, 0 for padding; or a `(batch, length, length)`
@@ -414,21 +297,11 @@ class XPTModel(XPTPreTrainedModel):
         """
         output_attentions = bool(output_attentions if output_attentions is not None else self.config.output_attentions)
         output_hidden_states = bool(
-            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        )
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states)
         hidden_states = self.embeddings(input_ids, token_type_ids=token_type_ids, position_ids=position_ids)
-        outputs = self.encoder(
-            hidden_states,
-            attention_mask=expand_attention_mask(attention_mask),
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-        )
+        outputs = self.encoder(hidden_states, attention_mask=expand_attention_mask(attention_mask),
+                               output_attentions=output_attentions, output_hidden_states=output_hidden_states)
         return outputs if return_dict is not False else outputs.to_tuple()
-
-
-# --------------------------------------------------------------------------------------------
-# Masked language modelling
-# --------------------------------------------------------------------------------------------
 
 
 class XPTLMHead(nn.Module):
@@ -467,72 +340,26 @@ class XPTForMaskedLM(XPTPreTrainedModel):
     def set_output_embeddings(self, new_embeddings):
         self.lm_head.decoder = new_embeddings
 
-    def forward(
-        self,
-        input_ids: torch.LongTensor,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        labels: torch.LongTensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        masked_only: bool = False,
-        masked_capacity: int | None = None,
-        **kwargs,
-    ) -> MaskedLMOutput | tuple:
+    def forward(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.LongTensor | None = None, position_ids: torch.LongTensor | None = None,
+                labels: torch.LongTensor | None = None, output_attentions: bool | None = None,
+                output_hidden_states: bool | None = None, return_dict: bool | None = None,
+                **kwargs) -> MaskedLMOutput | tuple:
         r"""
         labels: `(batch, length)` target ids at masked positions, -100 elsewhere; `loss` is the mean
             cross-entropy over the masked positions (Eq. 5). `logits` is `(batch, length, vocab_size)`
             as in every transformers masked LM.
-        masked_only: with labels, run the LM head only at the masked positions (the post-training
-            fast path, asked for by the training loop): `logits` is then `(num_masked, vocab_size)` in
-            the row-major order of `labels != -100`, and `loss` is unchanged.
-        masked_capacity: implies `masked_only`; run the LM head on exactly this many rows (at least
-            the number of masked tokens): the masked positions first, in the same order, then unmasked
-            filler rows that the loss ignores. `loss` is unchanged; `logits` is `(masked_capacity,
-            vocab_size)`. A static shape: no data-dependent sizes for torch.compile, no host sync.
         """
-        outputs = self.xpt(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-        )
-        hidden_states = outputs.last_hidden_state
+        outputs = self.xpt(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                           position_ids=position_ids, output_attentions=output_attentions,
+                           output_hidden_states=output_hidden_states)
+        logits = self.lm_head(outputs.last_hidden_state)
         loss = None
-        if labels is None or not (masked_only or masked_capacity is not None):
-            logits = self.lm_head(hidden_states)
-            if labels is not None:
-                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1),
-                                       reduction="sum", ignore_index=-100) / labels.ne(-100).sum().clamp(min=1)
-        else:
-            # The vocabulary projection is the largest matmul of the model; at 15% masking,
-            # computing it only where a loss is taken saves ~85% of it and of its activations.
-            masked = labels.ne(-100)
-            if masked_capacity is None:
-                logits = self.lm_head(hidden_states[masked])
-                targets = labels[masked]
-            else:
-                # stable sort puts the masked positions first, in row-major order, with a static size
-                flat = masked.reshape(-1)
-                rows = torch.argsort((~flat).to(torch.uint8), stable=True)[: min(masked_capacity, flat.numel())]
-                logits = self.lm_head(hidden_states.reshape(-1, hidden_states.shape[-1])[rows])
-                targets = labels.reshape(-1)[rows]
-            # Sum over masked tokens / their count (at least 1): the mean cross-entropy, without a
-            # data-dependent branch (torch.compile) and 0 with a graph when nothing is masked.
-            loss = F.cross_entropy(logits.float(), targets, reduction="sum", ignore_index=-100) / masked.sum().clamp(min=1)
-        output = MaskedLMOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
+        if labels is not None:
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100)
+        output = MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                                attentions=outputs.attentions)
         return output if return_dict is not False else output.to_tuple()
-
-
-# --------------------------------------------------------------------------------------------
-# Downstream heads
-# --------------------------------------------------------------------------------------------
 
 
 class XPTClassificationHead(nn.Module):
@@ -543,7 +370,7 @@ class XPTClassificationHead(nn.Module):
         super().__init__()
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.dropout = XPTDropout(dropout)
+        self.dropout = nn.Dropout(dropout)
         self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
         self.pooling = config.classifier_pooling
 
@@ -605,7 +432,7 @@ class XPTForTokenClassification(XPTPreTrainedModel):
         self.num_labels = config.num_labels
         self.xpt = XPTModel(config)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        self.dropout = XPTDropout(dropout)
+        self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
@@ -652,7 +479,6 @@ class XPTForQuestionAnswering(XPTPreTrainedModel):
 
 
 __all__ = [
-    "PARAMETER_GROUPS",
     "XPTForMaskedLM",
     "XPTForQuestionAnswering",
     "XPTForSequenceClassification",

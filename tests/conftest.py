@@ -1,11 +1,15 @@
-"""Shared fixtures: paths to the optional ../shared/data folder and small Korean text.
+"""Shared fixtures: paths to the optional ../shared/data folder, small Korean text, and the tiny
+inputs of post-training runs.
 
 Tests that need the real Korean data use ``shared_data`` and skip, with the reason, when the
-folder is absent (it lives beside the checkout, never inside it).
+folder is absent (it lives beside the checkout, never inside it). Post-training tests use ``tiny``
+(small random BERT/RoBERTa sources, word-level tokenizers and a corpus) and, where they run
+training in this process, ``fresh_accelerate_state``; their helpers are in tests/post_train_helpers.py.
 """
 from __future__ import annotations
 
 import os
+import random
 import sys
 from pathlib import Path
 
@@ -46,3 +50,41 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def korean_sentences() -> list[str]:
     return list(KOREAN_SENTENCES)
+
+
+@pytest.fixture
+def fresh_accelerate_state():
+    """Resets Accelerate's process-wide state after the test. Modules that run post-training in this
+    process apply it to every test with `pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")`."""
+    yield
+    from tests.post_train_helpers import reset_accelerate  # not at the top: post_train_helpers imports this module
+
+    reset_accelerate()
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    """{family: (source dir, tokenizer dir)}, a corpus folder and a shared token cache.
+
+    Tiny real models (stock BERT/RoBERTa, hidden 32, 2 layers, random weights) and word-level Korean
+    tokenizers from tests/model_factories.py; the corpus is random word sequences over the hand-written
+    Korean sentences' vocabulary. Everything runs on the CPU in seconds per run."""
+    from tests.model_factories import tiny_source, word_tokenizer
+    from tests.post_train_helpers import WORDS
+
+    root = tmp_path_factory.mktemp("tiny")
+    out = {}
+    for family in ("bert", "roberta"):
+        tok = word_tokenizer(family, WORDS)
+        tiny_source(family, tok, root / f"{family}-source")
+        tok.save_pretrained(root / f"{family}-tok")
+        out[family] = (root / f"{family}-source", root / f"{family}-tok")
+    rnd = random.Random(0)
+    corpus = root / "corpus"
+    corpus.mkdir()
+    lines = [" ".join(rnd.sample(WORDS, rnd.randint(3, 9))) for _ in range(400)]
+    (corpus / "part-0.txt").write_text("\n".join(lines[:200]) + "\n", encoding="utf-8")
+    (corpus / "part-1.txt").write_text("\n".join(lines[200:]) + "\n", encoding="utf-8")
+    out["corpus"] = corpus
+    out["cache"] = root / "cache"
+    return out

@@ -82,9 +82,10 @@ def _args(**kw):
 
 
 def test_batches_are_the_training_batches(tmp_path):
-    """XPT batches come from training/mlm_data.py (best-fit packing, exact-count masking, block mask,
-    restarting positions); stock batches are run_mlm blocks with no padding."""
-    from training.mlm_data import Masker
+    """XPT batches come from training/mlm_data.py and training/mlm_batches.py (best-fit packing,
+    exact-count masking, block mask, restarting positions); stock batches are run_mlm blocks with no
+    padding."""
+    from training.mlm_batches import Masker
     from training.methods import METHODS
 
     args = _args()
@@ -186,14 +187,14 @@ def test_dropout_variants_change_only_dropout():
     assert torch.equal(plain(input_ids=ids).logits, plain(input_ids=ids).logits)
 
 
-def test_boolean_mask_dropout_draws_the_masks_of_xpt_dropout():
-    """dropout_cost.py's earlier-mask variant differs from `XPTDropout` only in the mask's dtype."""
+def test_boolean_mask_dropout_draws_the_masks_of_threshold_dropout():
+    """dropout_cost.py's earlier-mask variant differs from `ThresholdDropout` only in the mask's dtype."""
     from benchmarks.dropout_cost import boolean_mask_dropout
-    from modeling_xpt.modeling_xpt import XPTDropout
+    from training.masked_lm import ThresholdDropout
 
     x = torch.randn(64, 48, dtype=torch.bfloat16, requires_grad=True)
     outs = []
-    for cls in (XPTDropout, boolean_mask_dropout()):
+    for cls in (ThresholdDropout, boolean_mask_dropout()):
         torch.manual_seed(5)
         out = cls(0.1).train()(x)
         out.float().sum().backward()

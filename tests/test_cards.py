@@ -27,9 +27,10 @@ import yaml
 
 from cards import public as public_module
 from cards import push as push_module
+from cards.card_facts import fmt_duration, fmt_float, fmt_int
 from cards.data_sources import describe_data
 from cards.folder import CODE_FILES, GENERATED_MARKER
-from cards.make_card import build_card, fmt_duration, fmt_float, fmt_int, write_card
+from cards.make_card import build_card, write_card
 from cards.validate import validate_folder
 from tests.conftest import REPO_ROOT
 from tests.model_factories import tiny_source
@@ -729,7 +730,7 @@ def test_a_run_record_of_an_unknown_version_is_refused_in_one_line(xpt_dir, tmp_
 
 
 def test_licence_follows_the_source_or_is_asked_for(xpt_dir, tmp_path):
-    from cards.make_card import LicenseUnknown
+    from cards.licenses import LicenseUnknown
 
     folder = copy_folder(xpt_dir, tmp_path / "m")
     # a local source with no recorded licence: the CLI asks for one, in one line
@@ -894,7 +895,7 @@ def test_language_flows_through_tokenizer_and_config_to_cards_of_fine_tuned_mode
     source = tmp_path / "source"
     tiny_source("bert", word_tokenizer("bert", ["the", "a", "of"]), source)
     converted = tmp_path / "xpt-ru"
-    cli("-m", "modeling_xpt.convert", "--source", str(source), "--tokenizer", str(tmp_path / "tok"),
+    cli("-m", "training.convert", "--source", str(source), "--tokenizer", str(tmp_path / "tok"),
         "--out", str(converted), check=0)
     assert json.loads((converted / "config.json").read_text())["language"] == "ru"
     # no training_summary.json and no corpus: the language comes from config.json

@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertModel
 
-from modeling_xpt import XPTForMaskedLM, from_source, to_stock
+from modeling_xpt import XPTForMaskedLM, from_source, parameter_group_of, to_stock
 from modeling_xpt.conversion import check_vocabulary
 from tests.conftest import REPO_ROOT
 from tests.model_factories import (  # noqa: F401 (family, source, tok: pytest fixtures)
@@ -68,7 +68,7 @@ def test_reused_tensors_bitwise_equal_and_new_ones_fresh(source, tok, family):
     model = from_source(source, tok)  # paper setting: random E_T, random ITLs
     src = dict(source.named_parameters())
     for name, param in model.named_parameters():
-        group = model.parameter_group_of(name)
+        group = parameter_group_of(name)
         if group in ("reused_encoder", "reused_embeddings"):
             assert torch.equal(param, src[name.replace("xpt.", f"{family}.", 1)]), name
     head = {"bert": "cls.predictions.transform.dense.weight", "roberta": "lm_head.dense.weight"}[family]
@@ -159,7 +159,7 @@ def test_cli_convert_then_export_stock(source, tok, tmp_path):
     source.save_pretrained(tmp_path / "src")
     tok.save_pretrained(tmp_path / "src")
     env_cmd = [sys.executable, "-m"]
-    convert = subprocess.run(env_cmd + ["modeling_xpt.convert", "--source", str(tmp_path / "src"), "--tokenizer",
+    convert = subprocess.run(env_cmd + ["training.convert", "--source", str(tmp_path / "src"), "--tokenizer",
                                         str(tmp_path / "src"), "--out", str(tmp_path / "xpt"), "--init", "overlap"],
                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert convert.returncode == 0, convert.stderr[-2000:]
@@ -203,7 +203,7 @@ def test_tokenizer_without_mask_or_pad_is_rejected(source, family, missing):
 
 
 def run_convert(*args, cwd=REPO_ROOT):
-    return subprocess.run([sys.executable, "-m", "modeling_xpt.convert", *map(str, args)], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "training.convert", *map(str, args)], cwd=cwd,
                           capture_output=True, text=True, timeout=300)
 
 

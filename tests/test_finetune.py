@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from tests.model_factories import KOREAN_WORDS, tiny_source, word_tokenizer
-from training import finetune
+from training import finetune, finetune_cli, task_encoding, task_model
 from training.tasks import TaskDataError, TaskSpec, get_task, load_task_data, spec_from_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -160,7 +160,7 @@ def test_user_defined_task_from_cli_flags_and_json(tmp_path):
 def test_pair_task_special_token_layout(family):
     tokenizer = word_tokenizer(family, KOREAN_WORDS)
     rows = [{"sentence1": "나는 학교에 간다", "sentence2": "오늘 날씨가 좋다", "score": "3.5"}]
-    feature = finetune.encode_sequence_task(get_task("korsts"), rows, tokenizer, 64, None)[0]
+    feature = task_encoding.encode_sequence_task(get_task("korsts"), rows, tokenizer, 64, None)[0]
     tokens = tokenizer.convert_ids_to_tokens(feature["input_ids"])
     if family == "bert":
         assert tokens == ["[CLS]", "나는", "학교에", "간다", "[SEP]", "오늘", "날씨가", "좋다", "[SEP]"]
@@ -172,7 +172,7 @@ def test_pair_task_special_token_layout(family):
 
 def test_pair_layout_with_trained_korean_tokenizer(korean_tokenizer):
     rows = [{"sentence1": "한 남자가 춤을 추고 있다.", "sentence2": "남자가 노래한다.", "score": "1.0"}]
-    feature = finetune.encode_sequence_task(get_task("korsts"), rows, korean_tokenizer, 64, None)[0]
+    feature = task_encoding.encode_sequence_task(get_task("korsts"), rows, korean_tokenizer, 64, None)[0]
     ids, types = feature["input_ids"], feature["token_type_ids"]
     cls, sep = korean_tokenizer.cls_token_id, korean_tokenizer.sep_token_id
     assert ids[0] == cls and ids[-1] == sep and ids.count(sep) == 2
@@ -183,16 +183,16 @@ def test_pair_layout_with_trained_korean_tokenizer(korean_tokenizer):
 
 # --- training ---------------------------------------------------------------------------------------------------
 def args_for(model: Path, task: str, data_dir: Path, out: Path, *extra) -> "argparse.Namespace":  # noqa: F821
-    return finetune.build_parser().parse_args(["--model", str(model), "--task", task, "--data-dir", str(data_dir),
+    return finetune_cli.build_parser().parse_args(["--model", str(model), "--task", task, "--data-dir", str(data_dir),
                                                "--output-dir", str(out), *quick(*extra)])
 
 
 def prepared(args):
     spec = spec_from_cli(args.task)
     splits = load_task_data(spec, args.data_dir, args.max_train_samples, args.max_eval_samples)
-    args.trust_remote_code = finetune.trusts_remote_code(args.model, args.trust_remote_code)
-    tokenizer, config = finetune.load_tokenizer_and_config(args.model, spec, args.trust_remote_code)
-    features = finetune.build_features(spec, splits, tokenizer, 64, 16, config)
+    args.trust_remote_code = task_model.trusts_remote_code(args.model, args.trust_remote_code)
+    tokenizer, config = task_model.load_tokenizer_and_config(args.model, spec, args.trust_remote_code)
+    features = task_encoding.build_features(spec, splits, tokenizer, 64, 16, config)
     return spec, splits, tokenizer, config, features
 
 
@@ -237,7 +237,9 @@ def test_cli_xpt_folder_on_korsts_writes_results_json(shared_data, korean_tokeni
     assert results["mean"] == pytest.approx(sum(results["scores"]) / 2)
     assert results["std"] == pytest.approx(abs(results["scores"][0] - results["scores"][1]) / 2 ** 0.5)
     assert results["post_training"]["method"] == "xpt" and results["post_training"]["train_sentences"] == 4321
-    assert [r["seed"] for r in results["runs"]] == [0, 1] and all(r["best_epoch"] == 1 for r in results["runs"])
+    # STS: `--pair-encoding auto` is the bi-encoder, whose epoch 0 (the zero-shot cosine) counts on dev
+    assert results["hyperparameters"]["pair_encoding"] == "bi"
+    assert [r["seed"] for r in results["runs"]] == [0, 1] and all(r["best_epoch"] in (0, 1) for r in results["runs"])
     assert (out / "runs" / "seed_1.json").is_file()
     assert "mean ± std" in result.stdout and "| seed | best epoch | dev | test |" in result.stdout
 
@@ -251,7 +253,7 @@ def test_lora_trains_only_adapters_and_head(kind, tmp_path):
     args = args_for(model_dir, "nsmc", data, tmp_path / "out", "--peft", "lora", "--epochs", 2, "--learning-rate", 1e-2)
     spec, splits, tokenizer, config, features = prepared(args)
     finetune.set_seed(0)
-    reference = finetune.load_model(str(model_dir), spec, config, spec.labels,
+    reference = task_model.load_model(str(model_dir), spec, config, spec.labels,
                                     trust_remote_code=args.trust_remote_code).state_dict()
     run, model = finetune.train_one_seed(args, spec, config, tokenizer, splits, features, 0, torch.device("cpu"), False)
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
@@ -380,7 +382,7 @@ def test_saved_folders_reload_in_a_fresh_process_with_identical_logits(case, tmp
         assert json.loads((folder / "tokenizer_config.json").read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
         assert not any(p.name.startswith("adapter") for p in folder.iterdir())  # a plain model, no PEFT files
         if kind == "xpt":  # remote code: this package's own two files, so finetune.py trusts the folder
-            assert finetune.written_by_this_package(str(folder)) and "auto_map" in config_json
+            assert task_model.written_by_this_package(str(folder)) and "auto_map" in config_json
             assert (folder / "training_summary.json").read_text() == (model_dir / "training_summary.json").read_text()
         else:
             assert not (folder / "modeling_xpt.py").exists() and "auto_map" not in config_json
@@ -452,7 +454,7 @@ def test_the_saved_model_is_the_best_dev_seed_at_its_best_epoch(sts_run):
     assert saved["seed"] != results["seeds"][0] and saved["best_epoch"] < len(epochs)
     assert epochs[-1]["dev"]["spearman"] != saved["dev"]
     # scored again, the saved weights give that seed's best-epoch dev and test scores
-    args = finetune.build_parser().parse_args(["--model", str(out / "model"), "--task", "korsts", "--data-dir",
+    args = finetune_cli.build_parser().parse_args(["--model", str(out / "model"), "--task", "korsts", "--data-dir",
                                                str(sts_run["data"]), "--output-dir", str(out / "rescore"),
                                                "--batch-size", "16"])
     spec, splits, tokenizer, config, features = prepared(args)
@@ -525,7 +527,7 @@ def test_token_classification_ner_fixture(tmp_path):
     results = json.loads((out / "results.json").read_text())
     assert results["metric"] == "entity_f1" and results["split"] == "dev"
     assert results["mean"] > 80.0, results  # memorises 16 sentences: the decoding path really maps tags back
-    tokens = finetune.encode_token_task(finetune.spec_from_cli("x", task_spec=spec), [
+    tokens = task_encoding.encode_token_task(finetune.spec_from_cli("x", task_spec=spec), [
         {"tokens": ["김철수", "는"], "tags": ["B-PS", "O"]}], tokenizer, 64, json.loads(spec)["labels"])[0]
     assert tokens["labels"] == [-100, 1, 0, -100] and tokens["word_positions"] == [1, 2]
 
@@ -540,14 +542,14 @@ def test_extractive_qa_fixture(tmp_path):
     words = sorted({w for c, q, _ in contexts for w in (c + " " + q).split()})
     tokenizer = word_tokenizer("bert", words)
     spec = finetune.spec_from_cli("toy-qa", task_type="qa")
-    feature = finetune.encode_qa_task(spec, rows[:1], tokenizer, 64, 16)[0]
+    feature = task_encoding.encode_qa_task(spec, rows[:1], tokenizer, 64, 16)[0]
     span = feature["input_ids"][feature["start_positions"]:feature["end_positions"] + 1]
     assert tokenizer.decode(span) == "서울"
     # decoding: the best valid span from hand-set logits
     start, end = torch.full((len(feature["input_ids"]),), -5.0), torch.full((len(feature["input_ids"]),), -5.0)
     start[feature["start_positions"]], end[feature["end_positions"]] = 3.0, 3.0
     start[0] = end[0] = 9.0  # [CLS] is outside the context and must be ignored
-    assert finetune.decode_qa([feature], [(start.numpy(), end.numpy())], rows[:1], spec) == ["서울"]
+    assert task_encoding.decode_qa([feature], [(start.numpy(), end.numpy())], rows[:1], spec) == ["서울"]
 
     model_dir = stock_model_dir_with(tokenizer, tmp_path / "m")
     data = tmp_path / "qa"
@@ -649,14 +651,14 @@ def test_bad_input_fails_early_with_one_line(case, tmp_path, capsys, monkeypatch
 def test_custom_code_runs_only_when_it_is_ours_or_trusted(tmp_path):
     tokenizer = word_tokenizer("bert", KOREAN_WORDS)
     ours = xpt_model_dir(tmp_path / "ours", tokenizer)
-    assert finetune.written_by_this_package(str(ours))
-    assert finetune.trusts_remote_code(str(ours), asked=False)
+    assert task_model.written_by_this_package(str(ours))
+    assert task_model.trusts_remote_code(str(ours), asked=False)
     edited = xpt_model_dir(tmp_path / "edited", tokenizer)
     with open(edited / "modeling_xpt.py", "a", encoding="utf-8") as f:
         f.write("\n# edited after saving\n")
-    assert not finetune.trusts_remote_code(str(edited), asked=False)
-    assert finetune.trusts_remote_code(str(edited), asked=True)
-    assert not finetune.trusts_remote_code("some-org/some-model", asked=False)  # Hub ids: only when asked
+    assert not task_model.trusts_remote_code(str(edited), asked=False)
+    assert task_model.trusts_remote_code(str(edited), asked=True)
+    assert not task_model.trusts_remote_code("some-org/some-model", asked=False)  # Hub ids: only when asked
     # A fresh process, as users run it (in this one the package's classes are registered and would be used).
     data = toy_sentiment_dir(tmp_path / "data")
     argv = ["--model", edited, "--task", "nsmc", "--data-dir", data, "--output-dir", tmp_path / "out", *quick()]
@@ -853,5 +855,5 @@ def test_push_after_training_uploads_or_says_how_to_retry(outcome, tmp_path, mon
     else:
         errors = [line for line in captured.err.splitlines() if "error" in line.lower()]  # not the progress bars
         assert len(errors) == 1 and errors[0].startswith("error: " + message), errors
-        assert f"The model is saved in {out / 'model'}; after fixing that, run `python -m cards.push --model-dir " \
+        assert f"The model is saved in {out / 'model'}; after fixing that, run `xpt-push --model-dir " \
                f"{out / 'model'} --repo-id org/xpt-toy-nsmc`" in errors[0]

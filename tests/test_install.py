@@ -65,3 +65,22 @@ def test_an_installed_command_names_a_bad_input_in_one_line(installed):
     done = subprocess.run([str(site / "bin" / "xpt-post-train"), "--config", str(tmp / "missing.yaml")],
                           cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and "missing.yaml" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_installed_commands_convert_a_source_and_write_its_card(installed):
+    """The installed `xpt-convert` then `xpt-card` (its Jinja template is package data) on a tiny BERT."""
+    from tests.model_factories import KOREAN_WORDS, tiny_source, word_tokenizer
+
+    site, env, tmp = installed
+    tokenizer = word_tokenizer("bert", KOREAN_WORDS)
+    tokenizer.save_pretrained(tmp / "tok")
+    tiny_source("bert", tokenizer, out_dir=tmp / "source")
+    convert = subprocess.run([str(site / "bin" / "xpt-convert"), "--source", str(tmp / "source"), "--tokenizer",
+                              str(tmp / "tok"), "--out", str(tmp / "xpt")], cwd=tmp, env=env, capture_output=True,
+                             text=True, timeout=300)
+    assert convert.returncode == 0, convert.stderr
+    card = subprocess.run([str(site / "bin" / "xpt-card"), "--model-dir", str(tmp / "xpt"), "--license", "mit"],
+                          cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
+    assert card.returncode == 0, card.stderr
+    text = (tmp / "xpt" / "README.md").read_text(encoding="utf-8")
+    assert text.startswith("---\n") and "license: mit" in text and "trust_remote_code=True" in text

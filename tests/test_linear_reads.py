@@ -15,10 +15,12 @@ from sklearn.linear_model import LogisticRegression, Ridge
 
 from tests.test_finetune import one_thread  # noqa: F401 - autouse: tiny models gain nothing from threads
 from tests.test_finetune import args_for, stock_model_dir, toy_sentiment_dir, toy_sts_dir, write_tsv, xpt_model_dir
-from tests.test_post_train import WORDS, fresh_accelerate_state, tiny  # noqa: F401 - fixtures
 from tests.model_factories import KOREAN_WORDS, word_tokenizer
+from tests.post_train_helpers import WORDS
 from training import compare, finetune, linear_reads
 from training.tasks import TaskDataError, get_task, load_task_data
+
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # reset Accelerate's per-process state after each test
 
 
 def tfidf_recomputed(train_texts, fit_texts, dev_texts, test_texts=None):
@@ -126,7 +128,7 @@ def test_probe_mode_trains_nothing_and_refuses_publishing(tmp_path, capsys):
 def test_learning_curve_probes_every_checkpoint_with_its_own_weights(tiny, tmp_path):
     """Each point is the checkpoint's weights in the run's architecture: rebuilt folders hold exactly the
     checkpoint's tensors, and the finished model is read as it was saved."""
-    from tests.test_post_train import checkpoint_weights, run_args, run_inprocess
+    from tests.post_train_helpers import checkpoint_weights, run_args, run_inprocess
     from training import learning_curve as lc
     from training.checkpointing import list_checkpoints
 

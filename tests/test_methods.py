@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from modeling_xpt import PARAMETER_GROUPS
+from modeling_xpt import PARAMETER_GROUPS, parameter_groups, set_trainable_groups, trainable_groups
 from tests.model_factories import family, source, tok  # noqa: F401 (pytest fixtures)
-from training.config import PostTrainConfig, describe_plan, validate_config
+from training.config import PostTrainConfig, describe_plan
+from training.config_checks import validate_config
 from training.methods import ALL_GROUPS, METHODS, PHASE1_GROUPS, Method
 
 
@@ -14,13 +15,13 @@ from training.methods import ALL_GROUPS, METHODS, PHASE1_GROUPS, Method
 def test_each_method_builds_the_model_its_entry_describes(name, source, tok):
     method = METHODS[name]
     model = method.build(source, tok, adapter_size=8)
-    groups = model.xpt_parameter_groups()
+    groups = parameter_groups(model)
     assert bool(groups["itl"]) == method.itl
     assert bool(groups["adapters"]) == method.adapters
     assert model.conversion_report["scratch"] == method.scratch
     if method.phase1_groups is not None:
-        model.set_trainable_groups(method.phase1_groups)  # names the model knows
-        assert set(model.trainable_groups()) <= set(method.phase1_groups)
+        set_trainable_groups(model, method.phase1_groups)  # names the model knows
+        assert set(trainable_groups(model)) <= set(method.phase1_groups)
 
 
 @pytest.mark.parametrize("name", list(METHODS))
@@ -44,12 +45,12 @@ def test_xpt_phase1_trains_only_what_is_new():
 
 def test_the_card_describes_the_method_from_the_table(tok, tmp_path):
     from cards.folder import FolderInfo
-    from cards.make_card import _made_section
+    from cards.make_card import build_card_from
     from training.run_record import RunRecord
 
     for name, method in METHODS.items():
         info = FolderInfo(path=tmp_path, config={}, record=RunRecord(method=name))
-        assert f"- **Method**: `{name}` — {method.card}." in _made_section(info, tok)
+        assert f"- **Method**: `{name}` — {method.card}." in build_card_from(info, tok, license="mit").text
 
 
 def test_a_new_method_is_one_entry(monkeypatch, source, tok):
@@ -59,6 +60,6 @@ def test_a_new_method_is_one_entry(monkeypatch, source, tok):
     validate_config(config, world_size=1, check_data=False)
     assert [p.name for p in config.resolved_phases()] == ["phase1", "phase2"]
     assert "xpt-adapters" in describe_plan(config, 1)
-    groups = entry.build(source, tok, adapter_size=config.adapter_size).xpt_parameter_groups()
+    groups = parameter_groups(entry.build(source, tok, adapter_size=config.adapter_size))
     assert groups["adapters"] and groups["itl"]
 

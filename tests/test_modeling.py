@@ -12,7 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from modeling_xpt import PARAMETER_GROUPS, XPTConfig, XPTForMaskedLM, XPTForSequenceClassification, from_source
+from modeling_xpt import (PARAMETER_GROUPS, parameter_groups, set_trainable_groups, trainable_groups,
+                          XPTConfig, XPTForMaskedLM, XPTForSequenceClassification, from_source)
 from tests.conftest import REPO_ROOT
 from tests.model_factories import (  # noqa: F401 (family, source, tok: pytest fixtures)
     FAMILIES,
@@ -34,7 +35,7 @@ from training.methods import PHASE1_GROUPS
 def test_every_parameter_in_exactly_one_group(source, tok):
     for kwargs in ({}, {"adapter_size": 8, "use_itl_in": False, "use_itl_out": False}):
         model = from_source(source, tok, **kwargs)
-        groups = model.xpt_parameter_groups()
+        groups = parameter_groups(model)
         assert set(groups) == set(PARAMETER_GROUPS)
         seen = [id(p) for params in groups.values() for _, p in params]
         assert len(seen) == len(set(seen)) == len(list(model.parameters()))
@@ -43,14 +44,14 @@ def test_every_parameter_in_exactly_one_group(source, tok):
 
 def test_phase1_freezes_everything_reused(source, tok):
     model = from_source(source, tok)
-    model.set_trainable_groups(PHASE1_GROUPS)
+    set_trainable_groups(model, PHASE1_GROUPS)
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
-    expected = {n for g in PHASE1_GROUPS for n, _ in model.xpt_parameter_groups()[g]}
+    expected = {n for g in PHASE1_GROUPS for n, _ in parameter_groups(model)[g]}
     assert trainable == expected
     assert all(n.startswith(("xpt.embeddings.target_embeddings", "xpt.encoder.itl_", "lm_head.bias")) for n in trainable)
-    assert model.trainable_groups() == list(PHASE1_GROUPS)
+    assert trainable_groups(model) == list(PHASE1_GROUPS)
     with pytest.raises(ValueError, match="Unknown parameter group.*'itls'"):
-        model.set_trainable_groups(["itls"])
+        set_trainable_groups(model, ["itls"])
 
 
 # ---------------------------------------------------------------- forward-pass equivalences
@@ -70,43 +71,17 @@ def random_batch(config, batch=3, length=12, seed=0):
     return ids, mask, labels
 
 
-def test_labels_give_standard_logits_and_masked_only_the_same_loss(source, tok):
+def test_labels_give_standard_logits_and_the_mean_loss_of_the_masked_positions(source, tok):
     model = from_source(source, tok).eval()
     ids, mask, labels = random_batch(model.config)
     with torch.no_grad():
         standard = model(ids, attention_mask=mask, labels=labels)
-        sparse = model(ids, attention_mask=mask, labels=labels, masked_only=True)
         dense = model(ids, attention_mask=mask).logits
     assert standard.logits.shape == (*ids.shape, model.config.vocab_size)  # like every transformers MLM
     assert dense.shape[-1] == model.config.vocab_size < model.config.padded_vocab_size
     torch.testing.assert_close(standard.logits, dense)
     expected = F.cross_entropy(dense.view(-1, dense.shape[-1]), labels.view(-1), ignore_index=-100)
     torch.testing.assert_close(standard.loss, expected, atol=1e-6, rtol=1e-6)
-    torch.testing.assert_close(sparse.loss, expected, atol=1e-6, rtol=1e-6)
-    torch.testing.assert_close(sparse.logits, dense[labels != -100], atol=1e-5, rtol=0)
-
-
-def test_static_capacity_head_equals_exact_head(source, tok):
-    """`masked_capacity` (static LM-head shape for compiled training): same loss and gradients; the
-    first rows of `logits` are the exact head's, the filler rows are ignored by the loss."""
-    model = from_source(source, tok).train()  # the tiny sources have no dropout
-    assert model.config.hidden_dropout_prob == model.config.attention_probs_dropout_prob == 0.0
-    ids, mask, labels = random_batch(model.config)
-    n = int(labels.ne(-100).sum())
-    exact = model(ids, attention_mask=mask, labels=labels, masked_only=True)
-    exact.loss.backward()
-    grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
-    model.zero_grad()
-    for capacity in (n, n + 5, 10 ** 6):
-        out = model(ids, attention_mask=mask, labels=labels, masked_capacity=capacity)
-        assert out.logits.shape[0] == min(capacity, ids.numel())
-        torch.testing.assert_close(out.loss, exact.loss, atol=1e-6, rtol=1e-6)
-        torch.testing.assert_close(out.logits[:n], exact.logits, atol=1e-5, rtol=0)
-        out.loss.backward()
-        for k, p in model.named_parameters():
-            if k in grads:
-                torch.testing.assert_close(p.grad, grads[k], atol=1e-6, rtol=1e-5)
-        model.zero_grad()
 
 
 def test_sdpa_equals_eager_and_attentions_are_returned(source, tok):
@@ -120,108 +95,6 @@ def test_sdpa_equals_eager_and_attentions_are_returned(source, tok):
     probs = b.attentions[0]
     assert len(b.attentions) == sdpa.config.num_total_layers
     assert torch.all(probs[1, :, :, 8:] < 1e-6) and torch.allclose(probs.sum(-1), torch.ones(()))
-
-
-@pytest.mark.parametrize("p", [0.1, 0.5])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_threshold_dropout_keeps_at_its_rate_scales_to_the_mean_and_repeats_under_a_seed(p, dtype):
-    from modeling_xpt.modeling_xpt import XPTDropout
-
-    dropout = XPTDropout(p).train()
-    x = torch.full((1000, 1000), 2.0, dtype=dtype, requires_grad=True)
-    torch.manual_seed(0)
-    out = dropout(x)
-    keep = out != 0
-    q = 1 - round(p * 65536) / 65536
-    assert abs(keep.float().mean().item() - q) < 5 * (q * (1 - q) / keep.numel()) ** 0.5
-    torch.testing.assert_close(out[keep], torch.full_like(out[keep], 2.0 / q))  # kept elements scaled by 1/q
-    assert out.dtype == dtype and out.shape == x.shape
-    mask, _ = dropout.keep_mask(x)  # in the input's dtype: no dtype copy before each product
-    assert mask.dtype == dtype and set(mask.unique().tolist()) == {0.0, 1.0}
-    out.float().sum().backward()
-    torch.testing.assert_close(x.grad, out.detach() / 2.0)  # d out / d x = keep / q
-    torch.manual_seed(0)
-    torch.testing.assert_close(dropout(x), out)  # the same seed, the same mask
-    assert not torch.equal(dropout(x) != 0, keep)  # the next draw differs
-    torch.manual_seed(1)
-    rows_kept = (dropout(x) != 0).float().mean(1)  # no pattern along the flattened order
-    assert rows_kept.min() > q - 0.1 and rows_kept.max() < q + 0.1
-    dropout.threshold_mask = False  # torch's own dropout, drawn the same way as nn.Dropout
-    torch.manual_seed(2)
-    reference = torch.nn.Dropout(p).train()(x)
-    torch.manual_seed(2)
-    torch.testing.assert_close(dropout(x), reference)
-    assert torch.equal(dropout.eval()(x), x)
-
-
-def test_attention_dropout_with_threshold_mask_is_dropout_of_the_softmax(source, tok):
-    """Training on CPU, the explicit fp32 attention path with the threshold mask outputs
-    dropout(softmax(Q K^T / sqrt(d) + mask)) V with the mask drawn from the same seed, computed here
-    the plain way; with torch's masks it is the same computation with torch's dropout; SDPA returns
-    no probabilities, and without dropout it gives the explicit path's output."""
-    model = from_source(source, tok, attn_implementation="eager").train()
-    attention = model.xpt.encoder.ordered_layers()[0].attention.self
-    attention.dropout.p = 0.1
-    config = model.config
-    ids, mask, _ = random_batch(config)
-    from modeling_xpt.modeling_xpt import expand_attention_mask
-
-    block = expand_attention_mask(mask)
-    hidden = torch.randn(ids.shape[0], ids.shape[1], config.hidden_size)
-    torch.manual_seed(3)
-    out, probs = attention(hidden, block)
-    heads, d = config.num_attention_heads, config.hidden_size // config.num_attention_heads
-    q, k, v = (proj(hidden).view(*ids.shape, heads, d).transpose(1, 2)
-               for proj in (attention.query, attention.key, attention.value))
-    scores = (q @ k.transpose(-1, -2) / d ** 0.5).masked_fill(~block, float("-inf"))
-    expected_probs = scores.softmax(-1)
-    torch.manual_seed(3)
-    keep, scale = attention.dropout.keep_mask(expected_probs)
-    expected = ((expected_probs * keep * scale) @ v).transpose(1, 2).reshape(*ids.shape, -1)
-    torch.testing.assert_close(probs, expected_probs, atol=1e-6, rtol=1e-5)  # returned before dropout
-    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
-    attention.dropout.threshold_mask = False
-    torch.manual_seed(3)
-    reference = torch.nn.functional.dropout(expected_probs, 0.1)
-    torch.manual_seed(3)
-    out, probs = attention(hidden, block)
-    torch.testing.assert_close(out, (reference @ v).transpose(1, 2).reshape(*ids.shape, -1), atol=1e-5, rtol=1e-5)
-    explicit_without_dropout = attention.eval()(hidden, block)[0]
-    model.config._attn_implementation = "sdpa"
-    sdpa, sdpa_probs = attention(hidden, block)
-    assert sdpa_probs is None
-    torch.testing.assert_close(sdpa, explicit_without_dropout, atol=1e-5, rtol=1e-5)
-
-
-def test_threshold_masks_give_the_gradients_of_torch_masks_in_expectation():
-    """Over 300 dropout draws each, the whole model's mean gradient with threshold masks (explicit
-    attention path) and with torch's masks (SDPA) agree within Monte-Carlo error, parameter by
-    parameter, and so do their variances: the same estimator, drawn more cheaply."""
-    torch.manual_seed(0)
-    config = XPTConfig(vocab_size=200, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                       intermediate_size=128, max_position_embeddings=64, mask_token_id=3)
-    model = XPTForMaskedLM(config).train()
-    ids = torch.randint(4, 200, (4, 24))
-    labels = ids.masked_fill(torch.arange(24) % 3 == 0, -100)
-    segment = torch.tensor([0] * 7 + [1] * 9 + [2] * 8)
-    block = (segment[:, None] == segment[None, :])[None].expand(4, 24, 24)
-
-    def gradients(threshold: bool, draws: int = 300) -> torch.Tensor:
-        for module in model.modules():
-            if hasattr(module, "threshold_mask"):
-                module.threshold_mask = threshold
-        rows = []
-        for _ in range(draws):
-            model.zero_grad()
-            model(input_ids=ids, attention_mask=block, labels=labels).loss.backward()
-            rows.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
-        return torch.stack(rows)
-
-    threshold, reference = gradients(True), gradients(False)
-    z = (threshold.mean(0) - reference.mean(0)) / ((threshold.var(0) + reference.var(0)) / 300).sqrt().clamp_min(1e-12)
-    assert 0.7 < z.abs().mean() < 0.9  # |N(0, 1)| has mean 0.80: no bias beyond sampling error
-    assert (z.abs() > 4).float().mean() < 1e-3
-    assert 0.95 < threshold.var(0).sum() / reference.var(0).sum() < 1.05
 
 
 def test_padding_does_not_change_real_tokens(source, tok):

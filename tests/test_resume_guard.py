@@ -7,9 +7,10 @@ import shutil
 
 import pytest
 
-from tests.test_post_train import (  # noqa: F401 - tiny and fresh_accelerate_state are fixtures
-    fresh_accelerate_state, losses, run_args, run_killed_after, run_subprocess, tiny)
+from tests.post_train_helpers import losses, run_args, run_killed_after, run_subprocess
 from training import post_train
+
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # reset Accelerate's per-process state after each test
 
 COMMON = dict(train_steps=8, phase1_steps=4, save_steps=2, save_total_limit=10)
 

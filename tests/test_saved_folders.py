@@ -4,7 +4,11 @@ from __future__ import annotations
 import os
 import stat
 
-from tests.test_post_train import fresh_accelerate_state, run_args, run_inprocess, tiny  # noqa: F401 - fixtures
+import pytest
+
+from tests.post_train_helpers import run_args, run_inprocess
+
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # reset Accelerate's per-process state after each test
 
 
 def test_every_saved_file_has_the_ordinary_mode(tiny, tmp_path):

@@ -1,5 +1,6 @@
 """The data-efficiency study (training/study.py): the `tiny` preset end to end, resume after kill -9,
-the report's numbers traced back to the runs, the data-efficiency factor, and bad specs.
+the report's numbers traced back to the runs, the data-efficiency factor (training/study_report.py),
+and bad specs.
 
 The end-to-end test runs the real pipeline (prepare_corpus, tokenizer training, post-training of
 four methods at three sizes, fine-tuning on KorSTS and NSMC) on the `tiny` preset with one change:
@@ -21,7 +22,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT
-from training import study
+from training import study, study_report
 
 PYTHON = sys.executable
 
@@ -42,7 +43,7 @@ def _runs(table: dict[str, dict[int, float]], spread: float = 0.5) -> list[dict]
     ({1000: 20, 4000: 30, 16000: 40}, {1000: 20, 4000: 30, 16000: 40}, 1, (1000, 1000), False),
 ])
 def test_efficiency_factor(xpt, scratch, factor, pair, bounded):
-    result = study.efficiency_factor(_runs({"xpt": xpt, "scratch": scratch}), "t")
+    result = study_report.efficiency_factor(_runs({"xpt": xpt, "scratch": scratch}), "t")
     assert result["factor"] == factor
     assert (result["xpt_sentences"], result["scratch_sentences"]) == pair
     assert result["lower_bound"] is bounded
@@ -53,16 +54,16 @@ def test_efficiency_factor(xpt, scratch, factor, pair, bounded):
 
 def test_efficiency_factor_not_reached_and_on_perplexity():
     runs = _runs({"xpt": {1000: 10, 4000: 11}, "scratch": {1000: 20, 4000: 30}})
-    assert study.efficiency_factor(runs, "t") == {"factor": None, "text": "not reached within the sizes run"}
+    assert study_report.efficiency_factor(runs, "t") == {"factor": None, "text": "not reached within the sizes run"}
     # on MLM perplexity lower is better: the same numbers give XPT the higher perplexity
-    assert study.efficiency_factor(runs, None)["factor"] is None
-    on_perplexity = study.efficiency_factor(_runs({"xpt": {1000: 30}, "scratch": {1000: 20}}), None)
+    assert study_report.efficiency_factor(runs, None)["factor"] is None
+    on_perplexity = study_report.efficiency_factor(_runs({"xpt": {1000: 30}, "scratch": {1000: 20}}), None)
     assert on_perplexity["factor"] == 1 and "seed ranges" not in on_perplexity["text"]
 
 
 def test_separation_needs_disjoint_seed_ranges():
     runs = _runs({"xpt": {1000: 21, 4000: 40}, "scratch": {1000: 20, 4000: 30}}, spread=1.0)
-    verdict = study.separation(runs, "t")
+    verdict = study_report.separation(runs, "t")
     assert verdict["1000"] == {"xpt_above": True, "ranges_disjoint": False}  # [20, 22] vs [19, 21]
     assert verdict["4000"] == {"xpt_above": True, "ranges_disjoint": True}
 
@@ -76,7 +77,8 @@ def test_presets_load_and_plan(preset):
     assert {"korsts", "nsmc"} <= set(spec.tasks)
     assert len(spec.seeds(spec.sizes[0])) >= (2 if preset == "tiny" else 3)
     assert all(len(spec.seeds(n)) >= 2 for n in spec.sizes)
-    from training.config import config_from_dict, validate_config
+    from training.config import config_from_dict
+    from training.config_checks import validate_config
 
     for method in spec.methods:  # every run's post-training config is valid
         raw = {**spec.post_training, "method": method, "source": spec.source, "data": "x", "tokenizer": "x",

@@ -30,7 +30,7 @@ def inputs(tmp_path_factory):
 
 def command(case: str, inputs, out):
     if case == "convert":
-        return "modeling_xpt.convert", ["--source", inputs / "source", "--tokenizer", inputs / "tok", "--out", out]
+        return "training.convert", ["--source", inputs / "source", "--tokenizer", inputs / "tok", "--out", out]
     if case == "train_tokenizer":
         return "tokenization.train_tokenizer", ["--corpus", inputs / "text.txt", "--vocab-size", 132, "--family",
                                                 "bert", "--out", out, "--no-progress"]
@@ -57,7 +57,7 @@ def test_a_folder_with_files_is_kept_unless_overwrite_is_given(inputs, tmp_path,
 
 def test_export_into_its_own_input_is_refused(inputs, tmp_path):
     model = tmp_path / "xpt"
-    assert run("modeling_xpt.convert", "--source", inputs / "source", "--tokenizer", inputs / "tok",
+    assert run("training.convert", "--source", inputs / "source", "--tokenizer", inputs / "tok",
                "--out", model).returncode == 0
     before = (model / "config.json").read_text()
     refused = run("modeling_xpt.export_stock", model, model)
@@ -67,7 +67,7 @@ def test_export_into_its_own_input_is_refused(inputs, tmp_path):
 
 def test_make_card_keeps_a_hand_written_card(inputs, tmp_path):
     model = tmp_path / "xpt"
-    assert run("modeling_xpt.convert", "--source", inputs / "source", "--tokenizer", inputs / "tok",
+    assert run("training.convert", "--source", inputs / "source", "--tokenizer", inputs / "tok",
                "--out", model).returncode == 0
     (model / "README.md").write_text("# My own card\n", encoding="utf-8")
     refused = run("cards.make_card", "--model-dir", model, "--license", "mit")

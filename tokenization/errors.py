@@ -2,9 +2,8 @@
 
 The one home of that rule for the project's commands (tokenization, training, cards): each command's
 own error type derives from `UserError`, and each `main` reports it with `report_error` (or runs
-under `run_cli`). The installed package's commands (`python -m modeling_xpt.convert`,
-`modeling_xpt.export_stock`) cannot import this folder; `modeling_xpt._cli.run` follows the same rule
-for them. Nothing here imports more than the standard library, so every module can use it.
+under `run_cli`). The model package's command (`python -m modeling_xpt.export_stock`) cannot
+import this folder; `modeling_xpt._cli.run` follows the same rule for it. Nothing here imports more than the standard library, so every module can use it.
 """
 from __future__ import annotations
 
@@ -17,6 +16,15 @@ class UserError(ValueError):
     commands print it on one line (`report_error`) and exit with `exit_code`."""
 
     exit_code = 2
+
+
+class ConfigError(UserError):
+    """A bad configuration; the message names the field."""
+
+    def __init__(self, field_name: str, message: str):
+        self.field = field_name
+        self.message = message
+        super().__init__(f"config field `{field_name}`: {message}")
 
 
 class InputError(UserError):

@@ -1,10 +1,10 @@
 """Typed configuration of XPT post-training: one dataclass, YAML plus `--field-name value` overrides.
 
-`load_config(argv)` reads `--config FILE.yaml`, applies every `--field-name value` given on the
+`load_config(argv)` reads `--config FILE.yaml` and applies every `--field-name value` given on the
 command line (any field of `PostTrainConfig`; values are parsed as YAML scalars, so `--phases`
-takes a YAML/JSON list), and validates what can be validated offline. Errors are
-`ConfigError`s whose message starts with the offending field name, raised before any download or
-training.
+takes a YAML/JSON list); `validate_config` checks what can be checked offline, once per run, before
+any download or training. Errors are `ConfigError`s (tokenization/errors.py) whose message starts
+with the offending field name.
 
 Phases are data. Unless `phases` is given explicitly, they follow from `method` (the table of methods
 is `training/methods.py`): `resolved_phases` turns the method's phase plan into `PhaseConfig`s with
@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -23,26 +22,15 @@ from pathlib import Path
 
 import yaml
 
-from cards.folder import looks_like_hub_id
-from tokenization.errors import UserError
+from tokenization.errors import ConfigError
+from training.inputs import resolve_local, resolve_source
 from training.methods import ALL_GROUPS, METHODS, Method
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 SCHEDULES = ("linear", "cosine", "constant")
 MIXED_PRECISION = ("auto", "no", "fp16", "bf16")
 AUTO_BOOL = ("auto", True, False)
 ATTENTION = ("auto", "sdpa", "eager")
 DROPOUT_MASKS = ("auto", "threshold", "torch")
-
-
-class ConfigError(UserError):
-    """A bad configuration; the message names the field."""
-
-    def __init__(self, field_name: str, message: str):
-        self.field = field_name
-        self.message = message
-        super().__init__(f"config field `{field_name}`: {message}")
 
 
 @dataclass
@@ -140,7 +128,7 @@ class PostTrainConfig:
     adam_epsilon: float = arg(1e-6, "AdamW epsilon")
     max_grad_norm: float = arg(1.0, "gradient clipping norm (0: off)")
     mixed_precision: str = arg("auto", "auto | no | fp16 | bf16; auto: bf16 on CUDA with bf16 and on CPUs with AVX512-BF16/AMX, else no")
-    compile: str | bool = arg("auto", "torch.compile (inductor) of the training step's forward+backward; auto: CUDA, long CPU runs")
+    compile: str | bool = arg("auto", "torch.compile (inductor) of the training step's forward+backward; auto: on CUDA only (eager was faster on every CPU class measured)")
     fused_adamw: str | bool = arg("auto", "AdamW(fused=True); auto: on")
     static_masked_head: str | bool = arg("auto", "LM head on a static number of rows (no recompiles); auto: when compiling")
     attn_implementation: str = arg("auto", "sdpa | eager attention while post-training (the same function; the saved model "
@@ -232,6 +220,11 @@ class PostTrainConfig:
 # ----------------------------------------------------------------------------------------------
 # Parsing
 # ----------------------------------------------------------------------------------------------
+# Written here rather than with transformers' HfArgumentParser, which cannot express three things
+# this config needs: `phases` is a list of PhaseConfig dataclasses (HfArgumentParser maps each field
+# to one flat argparse option); the speed fields take "auto" or a boolean (`str | bool`: it accepts
+# no Union but Optional, "one type per argument"); and values come from a YAML file with command-line
+# overrides on top, with `--help` showing the file's values.
 
 FIELDS = {f.name: f for f in dataclasses.fields(PostTrainConfig)}
 _HINTS = typing.get_type_hints(PostTrainConfig)
@@ -363,7 +356,8 @@ def _parse_cli_value(name: str, text: str):
 
 
 def load_config(argv: list[str] | None = None) -> PostTrainConfig:
-    """YAML file, then command-line overrides; offline validation. Raises ConfigError."""
+    """YAML file, then command-line overrides. Raises ConfigError for values that do not parse; the
+    run validates the whole config once (`validate_config`), knowing its world size."""
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--config")
     known, _ = pre.parse_known_args(argv)
@@ -374,300 +368,7 @@ def load_config(argv: list[str] | None = None) -> PostTrainConfig:
         if value is None:
             continue
         raw[name] = value if name == "dry_run" else _parse_cli_value(name, value)
-    config = config_from_dict(raw)
-    validate_config(config, check_data=not config.dry_run)
-    return config
-
-
-# ----------------------------------------------------------------------------------------------
-# Validation (offline: nothing is downloaded)
-# ----------------------------------------------------------------------------------------------
-
-
-def resolve_source(source: str) -> str:
-    """A local folder for "package:NAME" sources (a package exposing get_model_path()); else unchanged."""
-    if source.startswith("package:"):
-        import importlib
-
-        name = source.removeprefix("package:")
-        try:
-            module = importlib.import_module(name)
-        except ImportError as error:
-            raise ConfigError("source", f"package {name!r} is not installed ({error}); `pip install {name.replace('_', '-')}`") from error
-        return str(module.get_model_path())
-    return source
-
-
-def resolve_local(path: str) -> Path | None:
-    """An existing local path, tried as given (relative to the working directory) and relative to the repo root."""
-    for candidate in (Path(path).expanduser(), REPO_ROOT / path):
-        if candidate.exists():
-            return candidate
-    return None
-
-
-# Fields a resumed run may change: they steer the process (where, whether to resume), what is logged
-# or kept, and how batches are fetched, never the numbers. Every other field shapes the weights (data
-# order, batches, schedule, model, seed, precision) or the recorded metrics, and must match the run's.
-RUN_CONTROL = ("output_dir", "resume", "overwrite_output_dir", "dry_run")
-RESUME_FREE = RUN_CONTROL + ("logging_steps", "save_steps", "save_total_limit", "keep_checkpoints", "report_to",
-                             "push_to_hub", "hub_private", "hub_license", "num_workers", "cache_dir",
-                             "retain_cpu_memory")
-
-
-def resume_changes(saved: dict, now: dict) -> tuple[dict, dict]:
-    """(shaping, free): the fields whose value differs between the settings a run was started with
-    (`saved`, `PostTrainConfig.to_dict()`) and the settings it is resumed with, each as {field: [old, new]}.
-    `eval_steps` is free unless early stopping reads the evaluations."""
-    free_fields = set(RESUME_FREE)
-    if now.get("early_stopping_patience") is None and saved.get("early_stopping_patience") is None:
-        free_fields.add("eval_steps")
-    changed = {k: [saved.get(k), now.get(k)] for k in sorted(set(saved) | set(now))
-               if k not in RUN_CONTROL and saved.get(k) != now.get(k)}
-    shaping = {k: v for k, v in changed.items() if k not in free_fields}
-    return shaping, {k: v for k, v in changed.items() if k in free_fields}
-
-
-def refuse_changed_resume(shaping: dict, checkpoint) -> None:
-    """One line naming every changed field with its old and new value, and the ways forward."""
-    if shaping:
-        listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in shaping.items())
-        raise ConfigError("resume", f"{checkpoint} was trained with other settings: {listed}. A resumed run "
-                          "continues the saved schedule, batches and seed, so the change would not take effect or "
-                          "would mix two runs: resume with the run's own settings (drop these options), or start a "
-                          "new run in another --output-dir")
-
-
-def check_json_files(folder: Path, role: str, fix: str) -> None:
-    """Every JSON file transformers reads from a local model or tokenizer folder must parse: a file cut
-    short or damaged is named in one line with `fix`, before anything is written."""
-    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        path = folder / name
-        if path.is_file():
-            try:
-                json.loads(path.read_text(encoding="utf-8"))
-            except (ValueError, UnicodeDecodeError) as error:
-                raise ConfigError(role, f"{path} does not parse ({type(error).__name__}: "
-                                  f"{str(error).splitlines()[0][:120]}): the file is damaged or cut short; {fix}") from None
-
-
-def validate_config(c: PostTrainConfig, world_size: int | None = None, check_data: bool = True) -> None:
-    for name, value in dataclasses.asdict(c).items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(name, f"{value} is not a finite number")
-    method = c.method_entry()
-    if c.push_to_hub is not None:
-        _validate_push(c)
-    if c.embedding_init not in ("random", "overlap", "fvt"):
-        raise ConfigError("embedding_init", f"{c.embedding_init!r}: use 'random', 'overlap' or 'fvt'")
-    if c.output_bias_init not in ("zeros", "unigram"):
-        raise ConfigError("output_bias_init", f"{c.output_bias_init!r}: use 'zeros' or 'unigram'")
-    if c.itl_init not in ("random", "copy"):
-        raise ConfigError("itl_init", f"{c.itl_init!r}: use 'random' or 'copy'")
-    if method.adapters and c.adapter_size <= 0:
-        raise ConfigError("adapter_size", f"must be > 0 for method {c.method!r}")
-    if c.mixed_precision not in MIXED_PRECISION:
-        raise ConfigError("mixed_precision", f"{c.mixed_precision!r} is not one of {MIXED_PRECISION}")
-    for name in ("compile", "fused_adamw", "static_masked_head", "retain_cpu_memory"):
-        if getattr(c, name) not in AUTO_BOOL:
-            raise ConfigError(name, f"{getattr(c, name)!r} is not one of auto, true, false")
-    if c.attn_implementation not in ATTENTION:
-        raise ConfigError("attn_implementation", f"{c.attn_implementation!r} is not one of {ATTENTION}")
-    if c.dropout_mask not in DROPOUT_MASKS:
-        raise ConfigError("dropout_mask", f"{c.dropout_mask!r} is not one of {DROPOUT_MASKS}")
-    if c.lr_schedule not in SCHEDULES:
-        raise ConfigError("lr_schedule", f"{c.lr_schedule!r} is not one of {SCHEDULES}")
-    for name in ("train_steps", "global_batch_size", "max_seq_length", "eval_steps", "save_steps", "logging_steps",
-                 "save_total_limit", "tokenizer_vocab_size", "tokenizer_train_sentences", "learning_rate",
-                 "adam_epsilon"):
-        if getattr(c, name) <= 0:
-            raise ConfigError(name, f"must be > 0, got {getattr(c, name)}")
-    for name in ("warmup_steps", "weight_decay", "max_grad_norm", "num_workers", "valid_size", "test_size"):
-        if getattr(c, name) < 0:
-            raise ConfigError(name, f"must be >= 0, got {getattr(c, name)}")
-    for name in ("per_device_batch_size", "gradient_accumulation_steps", "max_steps", "max_train_sentences",
-                 "max_eval_sentences", "early_stopping_patience", "phase1_learning_rate"):
-        if getattr(c, name) is not None and getattr(c, name) <= 0:
-            raise ConfigError(name, f"must be > 0 or null, got {getattr(c, name)}")
-    for name in ("adam_beta1", "adam_beta2", "post_training_dropout"):
-        if getattr(c, name) is not None and not 0 <= getattr(c, name) < 1:
-            raise ConfigError(name, f"must be in [0, 1), got {getattr(c, name)}")
-    if c.max_seq_length < 8:
-        raise ConfigError("max_seq_length", f"must be at least 8 (a row holds [CLS], [SEP] and some text), got {c.max_seq_length}")
-    if not 0 < c.mlm_probability < 1:
-        raise ConfigError("mlm_probability", f"must be in (0, 1), got {c.mlm_probability}")
-    if c.mask_replace_prob < 0 or c.random_replace_prob < 0 or c.mask_replace_prob + c.random_replace_prob > 1:
-        raise ConfigError("mask_replace_prob", "mask_replace_prob and random_replace_prob must be >= 0 and sum to <= 1")
-    if not 0 <= c.min_script_share <= 1:
-        raise ConfigError("min_script_share", f"must be in [0, 1], got {c.min_script_share}")
-    if c.min_script_share > 0:
-        from tokenization.korean_text import script_filter
-
-        try:
-            script_filter(c.language)
-        except ValueError:
-            raise ConfigError("language", f"no script is known for {c.language!r}: give a code such as ko, ja, ru, or "
-                              "set min_script_share 0 to train without the script check") from None
-    if not 0 <= c.wop_probability <= 1:
-        raise ConfigError("wop_probability", f"must be in [0, 1], got {c.wop_probability}")
-    if not 0 < c.wop_fraction <= 1:
-        raise ConfigError("wop_fraction", f"must be in (0, 1], got {c.wop_fraction}")
-    if not c.phases and method.phase1_groups is not None:
-        if c.phase1_steps <= 0:
-            raise ConfigError("phase1_steps", f"must be > 0, got {c.phase1_steps}")
-        if c.phase1_steps >= c.train_steps:
-            raise ConfigError("phase1_steps", f"{c.phase1_steps} leaves no steps for phase2 of train_steps={c.train_steps}; "
-                              "lower phase1_steps or raise train_steps")
-    for i, phase in enumerate(c.resolved_phases()):
-        _validate_phase(i, phase)
-    if not c.data:
-        raise ConfigError("data", "no training data given")
-    if check_data and missing_data(c):
-        raise ConfigError("data", f"{c.data!r} is neither an existing path, 'konlpy', nor a Hub dataset id")
-    if c.resume not in (None, "latest") and not Path(c.resume).is_dir():
-        raise ConfigError("resume", f"{c.resume!r} is neither 'latest' nor a checkpoint folder")
-    if check_data:
-        local_tokenizer = resolve_local(c.tokenizer) if c.tokenizer else None
-        if local_tokenizer is not None and local_tokenizer.is_dir():
-            check_json_files(local_tokenizer, "tokenizer", "train it again (python -m tokenization.train_tokenizer) "
-                             "or copy it again, and check the path")
-        local_source = resolve_local(c.source) if not c.source.startswith("package:") else None
-        if local_source is not None and local_source.is_dir():
-            check_json_files(local_source, "source", "download or copy the model again, and check the path")
-    if world_size is not None:
-        c.batch_layout(world_size)
-    else:
-        c.batch_layout(1)
-    _validate_paths(c)
-
-
-def _validate_push(c: PostTrainConfig) -> None:
-    """The repo id as the Hub validates it, and a licence for the card, before any training (the same
-    checks `cards.push` makes at the end)."""
-    from cards.make_card import known_license, license_unknown
-    from cards.push import PushError, check_repo_id
-
-    try:
-        check_repo_id(c.push_to_hub)
-    except PushError as error:
-        raise ConfigError("push_to_hub", str(error).removesuffix(" (nothing uploaded)")) from None
-    local = resolve_local(c.source) if not c.source.startswith("package:") else None
-    if known_license(c.hub_license, c.method, [c.source, str(local) if local else None]) is None:
-        raise ConfigError("hub_license", str(license_unknown(
-            c.method, c.source, fix="set hub_license (`--hub-license ID`, or `hub_license: ID` in the config)")))
-
-
-def missing_data(c: PostTrainConfig) -> bool:
-    """`data` is a local path that does not exist (and there is no fallback)."""
-    return (c.data != "konlpy" and resolve_local(c.data) is None and not looks_like_hub_id(c.data)
-            and not c.data_fallback)
-
-
-def _validate_phase(i: int, phase: PhaseConfig) -> None:
-    where = f"phases[{i}]"
-    if phase.steps <= 0:
-        raise ConfigError(f"{where}.steps", f"phase {phase.name!r} has {phase.steps} steps; must be > 0")
-    groups = phase.trainable_groups
-    if groups != ALL_GROUPS:
-        if isinstance(groups, str) or not groups:
-            raise ConfigError(f"{where}.trainable_groups", f"{groups!r}: give a list of group names or 'all'")
-        from modeling_xpt import PARAMETER_GROUPS  # loads torch: not when the config is only parsed (--help)
-
-        unknown = [g for g in groups if g not in PARAMETER_GROUPS]
-        if unknown:
-            raise ConfigError(f"{where}.trainable_groups", f"unknown parameter group(s) {unknown} in phase "
-                              f"{phase.name!r}; valid groups: {list(PARAMETER_GROUPS)}")
-    if phase.learning_rate <= 0:
-        raise ConfigError(f"{where}.learning_rate", f"must be > 0, got {phase.learning_rate}")
-    if phase.schedule not in SCHEDULES:
-        raise ConfigError(f"{where}.schedule", f"{phase.schedule!r} is not one of {SCHEDULES}")
-    if not 0 <= phase.warmup_steps <= phase.steps:
-        raise ConfigError(f"{where}.warmup_steps", f"{phase.warmup_steps} must be in [0, steps={phase.steps}]")
-
-
-def _validate_paths(c: PostTrainConfig) -> None:
-    source = check_source_and_tokenizer(c.source, c.tokenizer)
-    _refuse_output_over_inputs(c, source)
-
-
-def check_source_and_tokenizer(source: str, tokenizer: str | None) -> str:
-    """The English source (Hub id, folder or "package:NAME") and the target tokenizer, checked before
-    anything loads: missing local paths, folders without a checkpoint or tokenizer, and families that do
-    not match fail here (Hub ids pass: not checked offline). Returns the source as a loadable reference.
-    Shared by post-training and `python -m modeling_xpt.convert`."""
-    given, source = source, resolve_source(source)
-    if resolve_local(source) is None and not looks_like_hub_id(source):
-        raise ConfigError("source", f"{given!r} is neither an existing folder nor a Hub model id")
-    local = resolve_local(source)
-    if local is not None and not (local / "config.json").is_file():
-        raise ConfigError("source", f"{local} has no config.json: not a transformers checkpoint")
-    if tokenizer is not None:
-        if resolve_local(tokenizer) is None and not looks_like_hub_id(tokenizer):
-            raise ConfigError("tokenizer", f"{tokenizer!r} is neither an existing folder nor a Hub tokenizer id")
-        local_tok = resolve_local(tokenizer)
-        if local_tok is not None and local_tok.is_dir() and not any(
-                (local_tok / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.txt")):
-            raise ConfigError("tokenizer", f"{local_tok} holds no tokenizer files (tokenizer.json / tokenizer_config.json)")
-    families = {"source": source_family(source), "tokenizer": tokenizer_family(tokenizer) if tokenizer else None}
-    if families["source"] and families["tokenizer"] and families["source"] != families["tokenizer"]:
-        raise ConfigError("tokenizer", f"tokenizer family {families['tokenizer']!r} does not match the source family "
-                          f"{families['source']!r} ({given}); train the tokenizer with --family {families['source']}")
-    return str(local) if local is not None else source
-
-
-def _refuse_output_over_inputs(c: PostTrainConfig, source: str) -> None:
-    """The output folder must not be, contain or lie inside a folder the run reads (the English source,
-    the tokenizer, the data): saving would overwrite or mix with them."""
-    from modeling_xpt._cli import overlapping
-
-    for name, value in (("source", source), ("tokenizer", c.tokenizer), ("data", c.data)):
-        local = resolve_local(value) if value else None
-        if local is not None and overlapping(c.output_dir, local):
-            raise ConfigError("output_dir", f"{c.output_dir} overlaps the {name} folder {local}: the run would "
-                              f"write into what it reads; choose another output folder")
-
-
-def source_family(source: str) -> str | None:
-    """model_type of a local source checkpoint (None for Hub ids: not looked up offline)."""
-    local = resolve_local(source)
-    if local is None or not (local / "config.json").is_file():
-        return None
-    return json.loads((local / "config.json").read_text()).get("model_type")
-
-
-def _json_object(path: Path) -> dict:
-    """The JSON object in `path`; {} when it holds something else or no valid JSON (the loader reports that)."""
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def tokenizer_family(tokenizer) -> str | None:
-    """'bert' ([CLS]/[MASK]) or 'roberta' (<s>/<mask>) from the special tokens of a loaded tokenizer, or of a
-    local tokenizer folder read without loading it (its tokenizer_config.json / special_tokens_map.json, else
-    the special tokens of tokenizer.json); None when neither or not local."""
-    if not isinstance(tokenizer, (str, Path)):
-        specials = set(tokenizer.all_special_tokens)
-    else:
-        local = resolve_local(str(tokenizer))
-        if local is None or not local.is_dir():
-            return None
-        specials = set()
-        for name in ("special_tokens_map.json", "tokenizer_config.json"):
-            if (local / name).is_file():
-                for key, value in _json_object(local / name).items():
-                    if key.endswith("_token"):
-                        specials.add(value.get("content") if isinstance(value, dict) else value)
-        if not specials and (local / "tokenizer.json").is_file():
-            added = _json_object(local / "tokenizer.json").get("added_tokens") or []
-            specials = {token.get("content") for token in added if isinstance(token, dict) and token.get("special")}
-    if specials & {"[MASK]", "[CLS]"}:
-        return "bert"
-    if specials & {"<mask>", "<s>"}:
-        return "roberta"
-    return None
+    return config_from_dict(raw)
 
 
 def describe_plan(c: PostTrainConfig, world_size: int) -> str:

@@ -11,8 +11,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+
+from training.masked_lm import MaskedLMTraining
+from training.mlm_batches import eval_batches
 
 HITS_AT = (1, 3, 5, 10)
 METRIC_NAMES = ("loss", "perplexity") + tuple(f"hits@{k}" for k in HITS_AT) + ("mrr", "mean_rank")
@@ -80,3 +84,59 @@ def masked_lm_metrics(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, f
     sums = MetricSums()
     sums.add_batch(logits, labels)
     return sums.compute()
+
+
+def unigram_log_probs(train_rows, special_ids, vocab_size: int, size: int) -> torch.Tensor:
+    """log p(v): the add-one-smoothed frequency of token v in the training rows, as a float64 tensor of
+    `size` entries (>= vocab_size: padded embedding rows); special tokens, never MLM labels, and the
+    padding rows get the smallest value."""
+    counts = np.zeros(max(size, vocab_size), dtype=np.int64)
+    for batch in train_rows.iter(batch_size=8192):
+        counts += np.bincount(np.concatenate([np.asarray(ids) for ids in batch["input_ids"]]), minlength=counts.size)
+    counts[list(special_ids)] = 0
+    log_p = np.log((counts[:vocab_size] + 1) / (counts[:vocab_size].sum() + vocab_size))
+    values = np.full(counts.size, log_p.min())
+    values[:vocab_size] = log_p
+    values[list(special_ids)] = log_p.min()
+    return torch.from_numpy(values[:size])
+
+
+def init_output_bias(model, train_rows, special_ids) -> None:
+    """b of Eq. 5 := log p(v) (`unigram_log_probs`). Softmax(b) is then the unigram distribution at
+    step 0. With b = 0 a small-budget run reaches that distribution through E_T g(h) instead, by
+    pushing every hidden state towards one direction, and fine-tuning starts from a collapsed
+    encoder. Written here because no library offers a prior-initialised output bias."""
+    bias = model.lm_head.bias
+    with torch.no_grad():
+        bias.copy_(unigram_log_probs(train_rows, special_ids, model.config.vocab_size, bias.numel()).to(bias.dtype))
+
+
+def evaluate(model, rows, *, accelerator, batch_size: int, collate_kwargs: dict) -> dict:
+    """Intrinsic metrics on `rows` with fixed masks; every process takes a share, sums are reduced."""
+    was_training = model.training
+    model.eval()
+    scorer = MaskedLMTraining(model)  # the LM head at the masked positions only
+    sums = MetricSums()
+    with torch.no_grad(), accelerator.autocast():
+        for batch in eval_batches(rows, batch_size=batch_size, rank=accelerator.process_index,
+                                  world=accelerator.num_processes, collate_kwargs=collate_kwargs):
+            batch = {k: v.to(accelerator.device) for k, v in batch.items()}
+            out = scorer(**batch)
+            sums.add_batch(out.logits, batch["labels"][batch["labels"].ne(-100)])
+    total = accelerator.reduce(sums.as_tensor().to(accelerator.device), reduction="sum")
+    model.train(was_training)
+    return MetricSums.from_tensor(total.cpu()).compute()
+
+
+def frequency_baseline(rows, log_p, *, accelerator, batch_size: int, collate_kwargs: dict) -> dict:
+    """The metrics of `evaluate` for a predictor that ignores the context: every masked token scored by
+    its training-split log frequency `log_p` (`unigram_log_probs`), on the same fixed masks. A model that
+    has learnt nothing beyond token frequencies scores this; a run's metrics are read against it."""
+    sums = MetricSums()
+    scores = log_p.float()
+    for batch in eval_batches(rows, batch_size=batch_size, rank=accelerator.process_index,
+                              world=accelerator.num_processes, collate_kwargs=collate_kwargs):
+        labels = batch["labels"][batch["labels"].ne(-100)]
+        sums.add_batch(scores.expand(labels.numel(), -1), labels)
+    total = accelerator.reduce(sums.as_tensor().to(accelerator.device), reduction="sum")
+    return MetricSums.from_tensor(total.cpu()).compute()

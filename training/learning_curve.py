@@ -53,7 +53,7 @@ def checkpoint_model(run: Path, checkpoint: Path, config, out: Path) -> Path:
     from transformers import AutoTokenizer
 
     from modeling_xpt import save_model_folder
-    from training.config import resolve_source
+    from training.inputs import resolve_source
 
     tokenizer_dir = config.tokenizer or str(run / "tokenizer")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)

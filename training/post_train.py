@@ -7,9 +7,10 @@
 Any config field (`training/config.py`) can be overridden as `--field-name value`.
 
 The run, top to bottom (`run_post_training`), over a `RunState` that every checkpoint saves:
-1. `start_run` and `prepare_run`: Accelerate, the output folder (and the checkpoint to resume
-   from), config, tokenizer (loaded, or trained on the train split), text splits -> token rows
-   (tokenised once, packed, cached; `training/mlm_data.py`), the method's model (`training/methods.py`).
+1. `start_run` ... `load_splits` (`training/run_setup.py`) and `prepare_run`: Accelerate, the output
+   folder (and the checkpoint to resume from), config, tokenizer (loaded, or trained on the train
+   split), text splits -> token rows (tokenised once, packed, cached; `training/mlm_data.py`), the
+   method's model (`training/methods.py`) and its training forward (`training/masked_lm.py`).
 2. `run_phase`, for each phase (data, `PhaseConfig`): set the trainable parameter groups on the *unwrapped*
    model, build a fresh AdamW over the trainable parameters only (no weight decay on biases and
    LayerNorm weights) and its warmup schedule, and `accelerator.prepare` them. At the phase
@@ -20,13 +21,7 @@ The run, top to bottom (`run_post_training`), over a `RunState` that every check
    either error out or, worse, leave the newly trainable parameters unsynchronised so ranks
    silently diverge. Re-wrapping after the change avoids both (tests/test_post_train.py runs two
    processes across the boundary and checks they match the single-process run).
-   FSDP: with FSDP1, flat parameters mix frozen and trainable tensors, so use
-   `use_orig_params=True` (or FSDP2, which shards per parameter) and re-prepare at the boundary
-   as done here; the optimiser must be rebuilt after re-wrapping because FSDP replaces the
-   parameter objects. DeepSpeed: its engine builds its optimiser from the parameters that
-   require grad at `prepare` time and leaves frozen ones out of its (ZeRO-partitioned) state,
-   so phase 2 needs a new engine: `free_memory()` destroys the old engine, and the re-prepare
-   here builds a new one with all parameters. Neither path is exercised by the tests (CPU only).
+   FSDP and DeepSpeed need the same re-prepare (DEVELOPERS.md, "Phases under FSDP and DeepSpeed").
 3. Each optimiser step (`training/step.py`, `training_step`) consumes one global batch of `global_batch_size` rows, dealt to
    world_size x gradient_accumulation micro-batches. Each micro-batch loss is the sum of masked
    token losses divided by the number of masked tokens in the whole global batch (all-reduced)
@@ -53,175 +48,44 @@ is added with weight `wop_weight`. The head is not saved with the model.
 from __future__ import annotations
 
 import json
-import math
 import os
-import platform
 import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-
-import numpy as np
 import torch
-import torch.nn.functional as F
-import transformers
 from accelerate import Accelerator
-from accelerate.utils import is_tensorboard_available, set_seed
+from accelerate.utils import set_seed
 from tqdm.auto import tqdm
-from transformers import AutoTokenizer
-from transformers.modeling_outputs import MaskedLMOutput
+from transformers import PreTrainedTokenizerBase
 
-from cards.push import PushError, push_to_hub
-from modeling_xpt import save_model_folder
-from modeling_xpt.modeling_xpt import XPTSelfAttention
+from modeling_xpt import save_model_folder, set_trainable_groups, trainable_groups
 from modeling_xpt.tokenizer_files import recorded_language
-from tokenization.errors import UserError, report_error
-from tokenization.train_tokenizer import train_tokenizer
-from training.checkpointing import (
-    DiskFull,
-    FolderInUse,
-    checkpoint_problem,
-    folder_lock,
-    latest_checkpoint,
-    latest_usable_checkpoint,
-    list_checkpoints,
-    read_state,
-    save_checkpoint,
+from tokenization.errors import ConfigError, UserError, report_error
+from training.checkpointing import DiskFull, FolderInUse, folder_lock, read_state, save_checkpoint
+from training.config import PhaseConfig, PostTrainConfig, describe_plan, flat_hparams, load_config
+from training.config_checks import data_to_read, missing_data, validate_config
+from training.inputs import check_families, resolve_local, resolve_source, source_family
+from training.intrinsic import evaluate, frequency_baseline, init_output_bias, unigram_log_probs
+from training.masked_lm import MaskedLMTraining, set_dropout, use_speed_paths
+from training.mlm_batches import BatchSchedule, Masker, TrainMicroBatches, train_loader
+from training.mlm_data import build_token_rows, describe_data_source, row_stats
+from training.publishing import publisher
+from training.run_record import LOSS_LOG, SUMMARY_FILE, BatchRecord, DataRecord, PhaseRecord, RunRecord
+from training.run_setup import (
+    check_resumed_settings,
+    claim_output_dir,
+    get_tokenizer,
+    hardware,
+    load_splits,
+    resume_point,
+    start_run,
+    world_size_from_env,
 )
-from cards.folder import looks_like_hub_id
-from training.config import (
-    ConfigError,
-    PhaseConfig,
-    PostTrainConfig,
-    describe_plan,
-    flat_hparams,
-    load_config,
-    missing_data,
-    resolve_local,
-    refuse_changed_resume,
-    resume_changes,
-    resolve_source,
-    source_family,
-    tokenizer_family,
-    validate_config,
-)
-from training.intrinsic import MetricSums
-from training.mlm_data import (
-    BatchSchedule,
-    Masker,
-    TrainMicroBatches,
-    build_token_rows,
-    check_target_script,
-    describe_data_source,
-    eval_batches,
-    load_text_splits,
-    row_stats,
-    train_loader,
-)
-from training.run_record import SUMMARY_FILE, BatchRecord, DataRecord, PhaseRecord, RunRecord
-from training.step import (
-    SpeedSettings,
-    cpu_class,
-    describe_speed,
-    resolve_speed,
-    retain_freed_memory,
-    training_step,
-    use_attention,
-    use_dropout_mask,
-    weight_decay_groups,
-)
-
-LOSS_LOG = "losses.jsonl"
-
-
-# ----------------------------------------------------------------------------------------------
-# Pieces
-# ----------------------------------------------------------------------------------------------
-
-
-class WarmupSchedule:
-    """Linear warmup to 1, then linear decay to 0, cosine decay to 0, or constant (picklable).
-
-    Hand-written rather than transformers' `get_scheduler`: its warmup starts at a learning rate of
-    0, so the first step of every phase would train nothing; this one starts at 1/(warmup + 1)."""
-
-    def __init__(self, warmup: int, total: int, kind: str):
-        self.warmup, self.total, self.kind = warmup, total, kind
-
-    def __call__(self, step: int) -> float:
-        if step < self.warmup:
-            return (step + 1) / (self.warmup + 1)
-        if self.kind == "constant":
-            return 1.0
-        progress = (step - self.warmup) / max(1, self.total - self.warmup)
-        progress = min(1.0, progress)
-        if self.kind == "cosine":
-            return 0.5 * (1.0 + math.cos(math.pi * progress))
-        return max(0.0, 1.0 - progress)
-
-
-def build_optimizer(model, phase, config: PostTrainConfig, fused: bool = False):
-    """AdamW over the trainable parameters (`training.step.weight_decay_groups`), and the warmup
-    schedule. `fused`: the single-kernel AdamW (CPU and CUDA), else torch's default."""
-    optimizer = torch.optim.AdamW(weight_decay_groups(model, config.weight_decay), lr=phase.learning_rate,
-                                  betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_epsilon,
-                                  **({"fused": True} if fused else {}))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, WarmupSchedule(phase.warmup_steps, phase.steps, phase.schedule))
-    return optimizer, scheduler
-
-
-def set_dropout(model: torch.nn.Module, hidden: float | None, attention: float | None) -> None:
-    """Set the attention-probability dropouts (the `dropout` of XPT's self-attention modules) to
-    `attention` and every other dropout of `model` to `hidden`; None leaves that kind as it is. For
-    this run only: `model.config` keeps the source's values, which the saved config.json carries to
-    fine-tuning."""
-    attention_dropouts = {id(m.dropout) for m in model.modules() if isinstance(m, XPTSelfAttention)}
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            value = attention if id(module) in attention_dropouts else hidden
-            if value is not None:
-                module.p = value
-
-
-@dataclass
-class WOPOutput(MaskedLMOutput):
-    """The MLM output plus the summed word-order-prediction loss of the batch. A field of its own, so
-    that it survives Accelerate's conversion of outputs to fp32 under mixed precision."""
-
-    wop_loss_sum: torch.Tensor | None = None
-
-
-class MLMWithWOP(torch.nn.Module):
-    """MLM model plus KoreALBERT's word-order prediction head: from the last hidden state of every
-    shuffled token, predict its original in-sentence position (`wop_labels`). The head is
-    auxiliary: it is checkpointed with the run but not part of the saved model."""
-
-    def __init__(self, mlm, num_positions: int):
-        super().__init__()
-        self.mlm = mlm
-        self.wop_head = torch.nn.Linear(mlm.config.hidden_size, num_positions)
-
-    def forward(self, wop_labels=None, **batch) -> WOPOutput:
-        out = self.mlm(**batch, output_hidden_states=wop_labels is not None)
-        wop_loss_sum = torch.zeros((), device=batch["input_ids"].device)
-        if wop_labels is not None:
-            chosen = wop_labels.ne(-100)
-            logits = self.wop_head(out.hidden_states[-1][chosen]).float()
-            # an empty selection still runs the head, so DDP sees its (zero) gradient
-            wop_loss_sum = F.cross_entropy(logits, wop_labels[chosen], reduction="sum") \
-                if logits.shape[0] else logits.sum()
-        return WOPOutput(loss=out.loss, logits=out.logits, wop_loss_sum=wop_loss_sum)
-
-
-def _root_cause(error: BaseException) -> str:
-    """The innermost error of a chain (datasets wraps the reader's error), as one line."""
-    while error.__cause__ is not None or (error.__context__ is not None and not error.__suppress_context__):
-        error = error.__cause__ or error.__context__
-    text = (str(error).strip().splitlines() or [""])[0][:200]
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+from training.step import SpeedSettings, build_optimizer, compile_for_training, training_step
 
 
 def _logged_step(line: str) -> int | None:
@@ -230,78 +94,6 @@ def _logged_step(line: str) -> int | None:
         return int(json.loads(line)["step"])
     except (ValueError, KeyError, TypeError):
         return None
-
-
-def unigram_log_probs(train_rows, special_ids, vocab_size: int, size: int) -> torch.Tensor:
-    """log p(v): the add-one-smoothed frequency of token v in the training rows, as a float64 tensor of
-    `size` entries (>= vocab_size: padded embedding rows); special tokens, never MLM labels, and the
-    padding rows get the smallest value."""
-    counts = np.zeros(max(size, vocab_size), dtype=np.int64)
-    for batch in train_rows.iter(batch_size=8192):
-        counts += np.bincount(np.concatenate([np.asarray(ids) for ids in batch["input_ids"]]), minlength=counts.size)
-    counts[list(special_ids)] = 0
-    log_p = np.log((counts[:vocab_size] + 1) / (counts[:vocab_size].sum() + vocab_size))
-    values = np.full(counts.size, log_p.min())
-    values[:vocab_size] = log_p
-    values[list(special_ids)] = log_p.min()
-    return torch.from_numpy(values[:size])
-
-
-def init_output_bias(model, train_rows, special_ids) -> None:
-    """b of Eq. 5 := log p(v) (`unigram_log_probs`). Softmax(b) is then the unigram distribution at
-    step 0. With b = 0 a small-budget run reaches that distribution through E_T g(h) instead, by
-    pushing every hidden state towards one direction, and fine-tuning starts from a collapsed
-    encoder. Written here because no library offers a prior-initialised output bias."""
-    bias = model.lm_head.bias
-    with torch.no_grad():
-        bias.copy_(unigram_log_probs(train_rows, special_ids, model.config.vocab_size, bias.numel()).to(bias.dtype))
-
-
-def get_tokenizer(config: PostTrainConfig, output_dir: Path, splits, source_fam: str | None, accelerator, log):
-    """The configured tokenizer, the one trained by an earlier (resumed) run, or a new one."""
-    if config.tokenizer:
-        path = resolve_local(config.tokenizer)
-        return AutoTokenizer.from_pretrained(str(path) if path else config.tokenizer), config.tokenizer
-    trained = output_dir / "tokenizer"
-    if accelerator.is_main_process and not (trained / "tokenizer_config.json").is_file():
-        n = min(config.tokenizer_train_sentences, len(splits["train"]))
-        log(f"training a {source_fam or 'roberta'} tokenizer (vocab {config.tokenizer_vocab_size}) on {n} train sentences")
-        texts = splits["train"].select(range(n))["text"]
-        tmp = output_dir / ".tmp-tokenizer"
-        train_tokenizer(texts, config.tokenizer_vocab_size, family=source_fam or "roberta", out_dir=str(tmp))
-        os.replace(tmp, trained)
-    accelerator.wait_for_everyone()
-    return AutoTokenizer.from_pretrained(str(trained)), str(trained)
-
-
-def hardware(accelerator) -> dict:
-    # What a reader needs to place the figures (kind of device, versions), not this machine's details
-    # (host platform string, core count): the summary travels with the published weights.
-    device = str(accelerator.device)
-    info = {"device": device, "machine": platform.machine(), "num_processes": accelerator.num_processes,
-            "mixed_precision": accelerator.mixed_precision, "torch": torch.__version__,
-            "transformers": transformers.__version__, "python": platform.python_version()}
-    if torch.cuda.is_available() and device.startswith("cuda"):
-        info["gpu"] = torch.cuda.get_device_name(accelerator.device)
-    else:
-        info["cpu_class"] = cpu_class()
-    return info
-
-
-def compile_for_training(module):
-    """torch.compile (inductor, static shapes) of a prepared training module."""
-    return torch.compile(module, backend="inductor", dynamic=False)
-
-
-def launched_multi_cpu() -> bool:
-    """True for several processes started by torchrun / `accelerate launch --multi_gpu` on a machine
-    without CUDA: Accelerate then needs `cpu=True` to set up DDP over gloo (else every process would
-    silently train alone)."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
-
-
-def world_size_from_env() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -351,10 +143,10 @@ class Run:
     resume_from: Path | None
     data: str  # the data spec read (after `data_fallback`)
     source: str  # the English source, loadable
-    tokenizer: transformers.PreTrainedTokenizerBase
+    tokenizer: PreTrainedTokenizerBase
     tokenizer_ref: str
     model: torch.nn.Module  # the XPTForMaskedLM, unwrapped
-    train_module: torch.nn.Module  # what trains: the model, or the model plus the WOP head
+    train_module: torch.nn.Module  # what trains: MaskedLMTraining over the model (plus the WOP head if on)
     rows: dict  # split -> token rows
     stats: dict  # split -> row_stats
     micro_batches: TrainMicroBatches
@@ -420,128 +212,20 @@ def run_post_training(config: PostTrainConfig, on_step_end: Callable[[RunState],
     return write_outputs(run, state)
 
 
-def start_run(config: PostTrainConfig) -> tuple[Accelerator, SpeedSettings, list[str]]:
-    """Accelerate for this launch (processes, device, mixed precision), the speed settings and the trackers;
-    the config checked against the real world size, before anything heavy."""
-    trackers = [t for t in config.report_to if t and t != "none"]
-    if "tensorboard" in trackers and not is_tensorboard_available():
-        print("warning: report_to tensorboard, but the tensorboard package is not installed "
-              "(`pip install tensorboard`); training without it", file=sys.stderr)
-        trackers.remove("tensorboard")
-    multi_cpu = launched_multi_cpu()
-    speed = resolve_speed(config, "cuda" if torch.cuda.is_available() and not multi_cpu else "cpu")
-    accelerator = Accelerator(mixed_precision=speed.mixed_precision, log_with=trackers or None,
-                              project_dir=str(config.output_dir), step_scheduler_with_optimizer=False,
-                              cpu=multi_cpu)
-    world = accelerator.num_processes
-    if world_size_from_env() != world:
-        raise RuntimeError(f"launched as {os.environ['WORLD_SIZE']} processes but Accelerate runs {world}")
-    if world == 1 and os.environ.get("ACCELERATE_USE_CPU", "").lower() == "true" and "MASTER_ADDR" in os.environ:
-        accelerator.print("note: `accelerate launch --cpu --num_processes N` starts ONE process unless mpirun is "
-                          "configured (accelerate issue #2741); for N CPU processes use "
-                          "`accelerate launch --multi_gpu --num_processes N` (DDP over gloo) or torchrun")
-    validate_config(config, world_size=world)  # batch divisibility for the real world size, before anything heavy
-    if speed.retain_memory and not retain_freed_memory():
-        speed = replace(speed, retain_memory=False)  # malloc is not glibc's here: nothing to switch
-    accelerator.print(describe_speed(speed, accelerator.device.type))
-    Path(config.output_dir).mkdir(parents=True, exist_ok=True)
-    return accelerator, speed, trackers
-
-
-def claim_output_dir(config: PostTrainConfig, accelerator: Accelerator) -> None:
-    """A fresh run (no `resume`) into a folder that holds another run's checkpoints or summary is refused,
-    or, with `overwrite_output_dir`, starts by deleting them."""
-    output_dir = Path(config.output_dir)
-    if config.resume is not None or not (list_checkpoints(output_dir) or (output_dir / SUMMARY_FILE).exists()):
-        return
-    if not config.overwrite_output_dir:
-        raise ConfigError("output_dir", f"{output_dir} already holds a run (checkpoints or {SUMMARY_FILE}): "
-                          "continue it with --resume latest, or pass --overwrite-output-dir true")
-    if accelerator.is_main_process:
-        shutil.rmtree(output_dir / "checkpoints", ignore_errors=True)
-        for name in (SUMMARY_FILE, LOSS_LOG):
-            (output_dir / name).unlink(missing_ok=True)
-    accelerator.wait_for_everyone()
-
-
-def check_resumed_settings(config: PostTrainConfig, state: RunState, resume_from: Path | None, log) -> None:
-    """A resumed run must have the settings it was started with, except those that cannot change the
-    numbers (`training.config.resume_changes`); those changes are recorded with the step they start after."""
-    now = json.loads(json.dumps(config.to_dict()))  # as saved in the checkpoint (tuples as lists)
-    if resume_from is not None and state.settings is None:
-        log(f"note: {resume_from} holds no record of its settings (written by an earlier version); they are not "
-            "compared with this run's")
-    elif resume_from is not None:
-        shaping, free = resume_changes(state.settings, now)
-        refuse_changed_resume(shaping, resume_from)
-        if free:
-            state.setting_changes.append({"step": state.step, "changed": free})
-            log("resumed with changed settings that do not change the weights: " + ", ".join(
-                f"{k} {old!r} -> {new!r}" for k, (old, new) in free.items()))
-    state.settings = now
-
-
-def resume_point(config: PostTrainConfig, log) -> Path | None:
-    """The checkpoint to resume from: with `resume: latest` the newest one that loads (None for a folder
-    without checkpoints), or the folder `resume` names, which must load."""
-    output_dir = Path(config.output_dir)
-    if config.resume == "latest":
-        resume_from = latest_usable_checkpoint(output_dir, log)
-        if resume_from is None and list_checkpoints(output_dir):
-            raise ConfigError("resume", f"no checkpoint in {output_dir}/checkpoints loads (reasons above); start "
-                              "over with --overwrite-output-dir true")
-        if resume_from is None:
-            log(f"--resume latest: no checkpoint in {output_dir}/checkpoints, starting from scratch")
-        elif resume_from != latest_checkpoint(output_dir):
-            log(f"resuming from the newest checkpoint that loads: {resume_from.name}")
-        return resume_from
-    if config.resume:
-        resume_from = Path(config.resume)
-        problem = checkpoint_problem(resume_from)
-        if problem:
-            raise ConfigError("resume", f"{resume_from} cannot be resumed from: {problem}")
-        return resume_from
-    return None
-
-
-def load_splits(config: PostTrainConfig, data: str, accelerator: Accelerator) -> dict:
-    """The text splits, cut to `max_train_sentences` / `max_eval_sentences`; unreadable data is a ConfigError."""
-    with accelerator.main_process_first():
-        try:
-            splits = load_text_splits(data, text_column=config.text_column, valid_size=config.valid_size,
-                                      test_size=config.test_size, data_config=config.data_config,
-                                      cache_dir=str(Path(config.cache_dir) / "hf"), streaming=config.streaming,
-                                      stream_limit=(config.max_train_sentences + config.valid_size + config.test_size)
-                                      if config.max_train_sentences else None)
-        except Exception as error:  # the user's files (empty, binary, torn .gz, ...): the cause names the file and fix
-            raise ConfigError("data", f"cannot read {data}: {_root_cause(error)}") from None
-    if config.max_train_sentences:
-        splits["train"] = splits["train"].select(range(min(config.max_train_sentences, len(splits["train"]))))
-    if config.max_eval_sentences:
-        for split in ("valid", "test"):
-            if split in splits:
-                splits[split] = splits[split].select(range(min(config.max_eval_sentences, len(splits[split]))))
-    check_target_script(splits["train"], language=config.language, min_share=config.min_script_share, data=data)
-    return splits
-
-
 def prepare_run(config: PostTrainConfig, accelerator: Accelerator, speed: SpeedSettings, trackers: list[str],
                 resume_from: Path | None, state: RunState, clock: float) -> Run:
     """Data, tokenizer, model and batches of the run, in this order (the model's random initialisation
     follows the seed), and the loss log cut back to the checkpoint resumed from."""
     log = accelerator.print
     output_dir = Path(config.output_dir)
-    data = config.data
-    if config.data_fallback and data != "konlpy" and resolve_local(data) is None and not looks_like_hub_id(data):
-        log(f"data {data!r} not found; using data_fallback {config.data_fallback!r}")
-        data = config.data_fallback
+    data = data_to_read(config)
+    if data != config.data:
+        log(f"data {config.data!r} not found; using data_fallback {data!r}")
     source = resolve_source(config.source)
     source_fam = source_family(source)
     splits = load_splits(config, data, accelerator)
     tokenizer, tokenizer_ref = get_tokenizer(config, output_dir, splits, source_fam, accelerator, log)
-    tok_fam = tokenizer_family(tokenizer)
-    if source_fam and tok_fam and source_fam != tok_fam:
-        raise ConfigError("tokenizer", f"tokenizer family {tok_fam!r} does not match the source family {source_fam!r}")
+    check_families(source, tokenizer)
     if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
         raise ConfigError("tokenizer", "the tokenizer needs a mask and a pad token")
     model = config.method_entry().build(source, tokenizer, embedding_init=config.embedding_init,
@@ -551,12 +235,11 @@ def prepare_run(config: PostTrainConfig, accelerator: Accelerator, speed: SpeedS
                                               resolve_local(config.tokenizer) if config.tokenizer else None)
     if config.post_training_dropout is not None:
         set_dropout(model, config.post_training_dropout, config.post_training_dropout)
-    use_attention(model, speed.attention)
-    use_dropout_mask(model, speed.dropout_mask)
+    use_speed_paths(model, speed.attention, speed.dropout_mask)
     if not hasattr(model, "conversion_report"):
         model.conversion_report = {}
-    # the module that trains: the MLM model, or the MLM model plus the auxiliary WOP head
-    train_module = MLMWithWOP(model, config.max_seq_length) if config.wop_probability > 0 else model
+    # the module that trains: the MLM loss at the masked positions, plus the auxiliary WOP head if asked for
+    train_module = MaskedLMTraining(model, config.max_seq_length if config.wop_probability > 0 else 0)
     position_offset = model.config.position_offset
     row_length = min(config.max_seq_length, model.config.max_position_embeddings - position_offset)
     tokenizer.model_max_length = model.config.max_position_embeddings - position_offset  # the model's usable positions, saved with it
@@ -619,7 +302,7 @@ def run_phase(run: Run, state: RunState, phase_index: int, progress, *, resume_f
             and "target_embeddings" in groups and "lm_head_transform" not in groups):
         groups.append("lm_head_transform")
         run.log(f"{phase.name}: the source had no MLM head, so the fresh head transform trains too")
-    run.model.set_trainable_groups(groups)  # (the WOP head, if any, always trains)
+    set_trainable_groups(run.model, groups)  # (the WOP head, if any, always trains)
     run.train_module.train()
     optimizer, scheduler = build_optimizer(run.train_module, phase, config, fused=run.speed.fused_adamw)
     wrapped, optimizer, scheduler = accelerator.prepare(run.train_module, optimizer, scheduler)
@@ -677,14 +360,13 @@ def run_phase(run: Run, state: RunState, phase_index: int, progress, *, resume_f
     run.log(f"\nend of {phase.name} at step {state.step}: valid loss {metrics['loss']:.4f} ppl {metrics['perplexity']:.2f}")
     state.phase_records.append(PhaseRecord(
         name=phase.name, steps=state.phase_step, planned_steps=phase.steps,
-        trainable_groups=run.model.trainable_groups(), learning_rate=phase.learning_rate,
+        trainable_groups=trainable_groups(run.model), learning_rate=phase.learning_rate,
         warmup_steps=phase.warmup_steps, schedule=phase.schedule, stopped_early=stopped_early,
         end_step=state.step, valid_loss=metrics["loss"],
         trainable_parameters=sum(p.numel() for p in run.model.parameters() if p.requires_grad)))
     state.phase_index = phase_index + 1
     state.phase_step = 0
     run.train_module = accelerator.unwrap_model(wrapped)
-    run.model = run.train_module.mlm if run.use_wop else run.train_module
     del wrapped, step_module, optimizer, scheduler
     accelerator.free_memory()
 
@@ -707,36 +389,6 @@ def evaluate_during_phase(run: Run, state: RunState, phase: PhaseConfig) -> bool
         run.log(f"{phase.name}: valid loss has not improved for {state.bad_evals} evaluations; stopping the phase")
         return True
     return False
-
-
-def evaluate(model, rows, *, accelerator, batch_size: int, collate_kwargs: dict) -> dict:
-    """Intrinsic metrics on `rows` with fixed masks; every process takes a share, sums are reduced."""
-    was_training = model.training
-    model.eval()
-    sums = MetricSums()
-    with torch.no_grad(), accelerator.autocast():
-        for batch in eval_batches(rows, batch_size=batch_size, rank=accelerator.process_index,
-                                  world=accelerator.num_processes, collate_kwargs=collate_kwargs):
-            batch = {k: v.to(accelerator.device) for k, v in batch.items()}
-            out = model(**batch, masked_only=True)
-            sums.add_batch(out.logits, batch["labels"][batch["labels"].ne(-100)])
-    total = accelerator.reduce(sums.as_tensor().to(accelerator.device), reduction="sum")
-    model.train(was_training)
-    return MetricSums.from_tensor(total.cpu()).compute()
-
-
-def frequency_baseline(rows, log_p, *, accelerator, batch_size: int, collate_kwargs: dict) -> dict:
-    """The metrics of `evaluate` for a predictor that ignores the context: every masked token scored by
-    its training-split log frequency `log_p` (`unigram_log_probs`), on the same fixed masks. A model that
-    has learnt nothing beyond token frequencies scores this; a run's metrics are read against it."""
-    sums = MetricSums()
-    scores = log_p.float()
-    for batch in eval_batches(rows, batch_size=batch_size, rank=accelerator.process_index,
-                              world=accelerator.num_processes, collate_kwargs=collate_kwargs):
-        labels = batch["labels"][batch["labels"].ne(-100)]
-        sums.add_batch(scores.expand(labels.numel(), -1), labels)
-    total = accelerator.reduce(sums.as_tensor().to(accelerator.device), reduction="sum")
-    return MetricSums.from_tensor(total.cpu()).compute()
 
 
 def write_outputs(run: Run, state: RunState) -> RunRecord:
@@ -806,12 +458,13 @@ def write_outputs(run: Run, state: RunState) -> RunRecord:
         if not config.keep_checkpoints:  # optimiser states are not part of the model folder
             shutil.rmtree(run.output_dir / "checkpoints", ignore_errors=True)
         if config.push_to_hub:
+            hub = publisher()
             try:  # the folder is saved whatever happens here; a failed upload can be retried by hand
-                push_to_hub(run.output_dir, config.push_to_hub, private=config.hub_private, log=run.log,
-                            license=config.hub_license, require_license=True)
-            except PushError as error:
+                hub.push(run.output_dir, config.push_to_hub, private=config.hub_private, log=run.log,
+                         license=config.hub_license, require_license=True)
+            except hub.Error as error:
                 run.log(f"push to {config.push_to_hub} failed, nothing uploaded: {error}\n  the model is saved in "
-                        f"{run.output_dir}; retry with `python -m cards.push --model-dir {run.output_dir} "
+                        f"{run.output_dir}; retry with `xpt-push --model-dir {run.output_dir} "
                         f"--repo-id {config.push_to_hub}"
                         + (f" --license {config.hub_license}" if config.hub_license else "") + "`")
     accelerator.wait_for_everyone()

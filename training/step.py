@@ -7,14 +7,15 @@ summed masked-token loss as a device tensor, so a caller that does not log pays 
 
 `resolve_speed(config, device)` turns the config's "auto" speed fields into concrete choices
 (mixed precision, torch.compile, fused AdamW, static masked-head capacity, attention implementation,
-dropout mask, retained CPU memory) per kind of device; `use_attention` and `use_dropout_mask` apply two
-of them to a model, `retain_freed_memory` the last to the process; `describe_speed` is the one log
-line that says what was chosen.
+dropout mask, retained CPU memory) per kind of device; `training.masked_lm.use_speed_paths` applies
+two of them to a model, `retain_freed_memory` the last to the process; `describe_speed` is the one
+log line that says what was chosen.
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import platform
 from dataclasses import dataclass
 
@@ -55,7 +56,7 @@ class SpeedSettings:
     fused_adamw: bool  # torch.optim.AdamW(fused=True)
     masked_capacity: bool  # LM head on a static number of rows (no data-dependent shapes, no host sync)
     attention: str = "sdpa"  # sdpa | eager: the attention implementation the model trains with
-    dropout_mask: str = "threshold"  # threshold | torch: how XPT's dropout draws its masks on CPU
+    dropout_mask: str = "threshold"  # threshold | torch: how dropout draws its masks on CPU (`ThresholdDropout`)
     retain_memory: bool = False  # `retain_freed_memory`: freed blocks stay in the process for reuse
 
 
@@ -95,10 +96,10 @@ def resolve_speed(config, device: str) -> SpeedSettings:
     - fused AdamW: on (CPU and CUDA both have the kernel).
     - masked capacity: on whenever compiling (a static LM-head shape avoids recompiles); eager keeps
       the exact-size selection, which costs nothing there.
-    - attention: sdpa on CUDA; on CPU eager, XPT's explicit path, which computes what SDPA's math path
+    - attention: sdpa on CUDA; on CPU eager (`training.masked_lm.threshold_eager_attention`), which computes what SDPA's math path
       computes (fp32 scores and probabilities) and trained 1.2x faster than SDPA with dropout (SDPA's
       math path drawing torch's masks) and without (SDPA's flash kernel, slow backward on CPU).
-    - dropout mask: threshold (`XPTDropout`: about half the cost of torch's Bernoulli masks on CPU,
+    - dropout mask: threshold (`training.masked_lm.ThresholdDropout`: about half the cost of torch's Bernoulli masks on CPU,
       which took a fifth of the bf16 step); it only changes how CPU masks are drawn.
     - retained CPU memory: on CPU (`retain_freed_memory`); on CUDA the tensors live in torch's caching
       allocator already.
@@ -116,25 +117,6 @@ def resolve_speed(config, device: str) -> SpeedSettings:
     dropout_mask = "threshold" if config.dropout_mask == "auto" else config.dropout_mask
     retain = _auto_bool(config.retain_cpu_memory, not cuda)
     return SpeedSettings(mixed, compile_on, fused, capacity, attention, dropout_mask, retain)
-
-
-def use_attention(model: torch.nn.Module, implementation: str) -> None:
-    """Train `model` with `implementation` ("sdpa" or "eager"; both compute the same function).
-
-    Sets `config._attn_implementation`, the property that `from_pretrained(attn_implementation=...)`
-    sets and that XPT's attention and transformers' BERT/RoBERTa read at every forward. Not the public
-    `set_attn_implementation`: it only switches models written on transformers' AttentionInterface,
-    which the self-contained remote code does not import. The value is not written to config.json,
-    so a saved model loads with the default (sdpa) again."""
-    model.config._attn_implementation = implementation
-
-
-def use_dropout_mask(model: torch.nn.Module, kind: str) -> None:
-    """Draw XPT's dropout masks with `kind` ("threshold" or "torch", see `XPTDropout`) on CPU. Modules
-    without the switch (stock models, task heads of other libraries) are left as they are."""
-    for module in model.modules():
-        if hasattr(module, "threshold_mask"):
-            module.threshold_mask = kind == "threshold"
 
 
 # glibc's mallopt parameters (malloc.h)
@@ -254,7 +236,6 @@ def training_step(model, batches: list[dict], optimizer, scheduler, accelerator,
     for a, host in enumerate(batches):
         n_local = masked[a]
         batch = {k: v.to(accelerator.device, non_blocking=non_blocking) for k, v in host.items() if k != "step"}
-        batch["masked_only"] = True  # the LM head only where a loss is taken
         if capacity:
             batch["masked_capacity"] = masked_capacity_for(host["labels"].shape[0], capacity["length"], n_local,
                                                            capacity["mlm_probability"])
@@ -274,3 +255,45 @@ def training_step(model, batches: list[dict], optimizer, scheduler, accelerator,
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     return StepResult(loss_sum, wop_sum, global_masked, global_tokens, global_wop, lr)
+
+
+# ----------------------------------------------------------------------------------------------
+# The optimiser and its schedule
+# ----------------------------------------------------------------------------------------------
+
+
+class WarmupSchedule:
+    """Linear warmup to 1, then linear decay to 0, cosine decay to 0, or constant (picklable).
+
+    Hand-written rather than transformers' `get_scheduler`: its warmup starts at a learning rate of
+    0, so the first step of every phase would train nothing; this one starts at 1/(warmup + 1).
+    Post-training and fine-tuning both use it."""
+
+    def __init__(self, warmup: int, total: int, kind: str):
+        self.warmup, self.total, self.kind = warmup, total, kind
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup:
+            return (step + 1) / (self.warmup + 1)
+        if self.kind == "constant":
+            return 1.0
+        progress = (step - self.warmup) / max(1, self.total - self.warmup)
+        progress = min(1.0, progress)
+        if self.kind == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
+        return max(0.0, 1.0 - progress)
+
+
+def build_optimizer(model, phase, config, fused: bool = False):
+    """AdamW over the trainable parameters (`training.step.weight_decay_groups`), and the warmup
+    schedule. `fused`: the single-kernel AdamW (CPU and CUDA), else torch's default."""
+    optimizer = torch.optim.AdamW(weight_decay_groups(model, config.weight_decay), lr=phase.learning_rate,
+                                  betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_epsilon,
+                                  **({"fused": True} if fused else {}))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, WarmupSchedule(phase.warmup_steps, phase.steps, phase.schedule))
+    return optimizer, scheduler
+
+
+def compile_for_training(module):
+    """torch.compile (inductor, static shapes) of a prepared training module."""
+    return torch.compile(module, backend="inductor", dynamic=False)

@@ -27,8 +27,9 @@ stages, each using the package's own tools, each resumable:
    English source as it is (its own tokenizer, no post-training) is probed the same way
    (`OUT/finetune/source`). A task without a test split gets one held out of its train split
    (`hold_out_test`, fixed seed) before anything is trained.
-5. report (`OUT/report`): `results.md`, `results.json`, one PNG per task and the data-efficiency
-   factor (the largest k such that XPT at N sentences matches or beats Scratch at k x N).
+5. report (`OUT/report`, written by `training/study_report.py`): `results.md`, `results.json`, one
+   PNG per task and the data-efficiency factor (the largest k such that XPT at N sentences matches
+   or beats Scratch at k x N).
 
 Resume: every run folder is written under a temporary name and renamed when complete, so a folder
 either holds a finished run or does not exist; `--resume` skips finished runs, continues an
@@ -48,7 +49,6 @@ import json
 import os
 import random
 import shutil
-import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,11 +57,8 @@ import yaml
 
 from tokenization.corpus_io import COMPLETE_MARKER, corpus_complete
 from tokenization.errors import UserError, report_error
-from training.run_record import RESULTS_FILE, RecordError, RunRecord
 
 PRESETS = ("tiny", "cpu", "gpu", "paper")
-BASELINE = "scratch"
-FOCUS = "xpt"
 SPEC_FILE = "study_spec.json"
 SOURCE_RUN = "source"  # OUT/finetune/<this>: the English source as it is, probed
 
@@ -250,7 +247,7 @@ def _read_split(folder: Path) -> list[str]:
 def stage_tokenizer(spec: StudySpec, out: Path, data: Path) -> Path:
     from tokenization.errors import InputError
     from tokenization.train_tokenizer import train_tokenizer
-    from training.config import resolve_source, source_family
+    from training.inputs import resolve_source, source_family
 
     folder = out / "tokenizer"
     if finished(folder):
@@ -350,7 +347,7 @@ def finetune_args(spec: StudySpec, name: str, model: Path, data_dir: Path, outpu
 def stage_finetune(spec: StudySpec, out: Path, model: Path, name: str, data_dir: Path, size: int | None,
                    run: str | None = None) -> Path:
     """OUT/finetune/<run>/<task>: probes, floor and (with a `size`) fine-tuning of `model` on task `name`."""
-    from training import finetune
+    from training import finetune, finetune_cli
 
     final = out / "finetune" / (run or model.name) / name
     if finished(final):
@@ -360,7 +357,7 @@ def stage_finetune(spec: StudySpec, out: Path, model: Path, name: str, data_dir:
     tmp.parent.mkdir(parents=True, exist_ok=True)
     log(out, f"probing {run or model.name} on {name}" if size is None else
         f"probing and fine-tuning {model.name} on {name} ({len(spec.seeds(size))} seeds)")
-    args = finetune.build_parser().parse_args(finetune_args(spec, name, model, data_dir, tmp, size))
+    args = finetune_cli.build_parser().parse_args(finetune_args(spec, name, model, data_dir, tmp, size))
     try:
         finetune.run(args)
     except finetune.TaskDataError as error:
@@ -370,224 +367,9 @@ def stage_finetune(spec: StudySpec, out: Path, model: Path, name: str, data_dir:
 
 
 # --- stage 5: report -------------------------------------------------------------------------------
-def collect(spec: StudySpec, out: Path) -> dict[str, Any]:
-    """results.json content: every finished (method, size) with its post-training record and task scores.
-
-    A run whose post-training or any fine-tuning has not finished is listed under "missing"."""
-    runs, missing = [], []
-    for size in spec.sizes:
-        for method in spec.methods:
-            folder = out / "models" / run_name(method, size)
-            if not finished(folder) or not all(finished(out / "finetune" / folder.name / n) for n in spec.tasks):
-                missing.append(folder.name)
-                continue
-            try:
-                summary = RunRecord.read(folder)
-            except RecordError as error:
-                raise StudyError(str(error)) from None
-            record = {
-                "method": method, "sentences": size, "model": str(folder.relative_to(out)),
-                "mlm_test": summary.final_metrics, "mlm_split": summary.final_metrics_split,
-                "tokens_seen": summary.tokens_seen, "post_training_wall_s": summary.wall_time_s,
-                "post_training_steps": summary.total_steps, "tasks": {}}
-            for name in spec.tasks:
-                results = json.loads((out / "finetune" / folder.name / name / RESULTS_FILE).read_text(encoding="utf-8"))
-                walls = [json.loads(p.read_text())["wall_time_s"]
-                         for p in sorted((out / "finetune" / folder.name / name / "runs").glob("seed_*.json"))]
-                record["tasks"][name] = {
-                    "metric": results["metric"], "split": results["split"], "mean": results["mean"],
-                    "sd": results["std"], "scores": results["scores"], "seeds": results["seeds"],
-                    "min": min(results["scores"]), "max": max(results["scores"]),
-                    "dev_scores": [r["dev"] for r in results["runs"]],
-                    "examples": results["num_examples"], "fine_tuning_wall_s": round(sum(walls), 1)}
-                record["tasks"][name].update(linear_reads_of(results))
-            runs.append(record)
-    factors = {name: efficiency_factor(runs, name) for name in spec.tasks}
-    factors["mlm_perplexity"] = efficiency_factor(runs, None)
-    floors, source = {}, {}
-    for name in spec.tasks:
-        path = out / "finetune" / SOURCE_RUN / name / RESULTS_FILE
-        if finished(path.parent):
-            results = json.loads(path.read_text(encoding="utf-8"))
-            source[name] = linear_reads_of(results)
-            floors[name] = source[name]["floor"]
-    return {"spec": spec.to_dict(), "runs": runs, "missing": missing, "data_efficiency": factors,
-            "separation": {name: separation(runs, name) for name in spec.tasks}, "floor": floors, "source": source}
-
-
-def linear_reads_of(results: dict[str, Any]) -> dict[str, Any]:
-    """The probes' scores by pooling, STS's cosine without training (mean pooling) and the floor's score,
-    from a finetune.py results.json written with --mode probe|both --floor."""
-    probe = results.get("probe") or {}
-    reads: dict[str, Any] = {"probe": {pooling: r["score"] for pooling, r in probe.items()}}
-    if probe.get("mean", {}).get("zero_shot"):
-        reads["zero_shot"] = probe["mean"]["zero_shot"][probe["mean"]["split"]]
-    if results.get("floor"):
-        floor = results["floor"]
-        reads["floor"] = {"score": floor["score"], "split": floor["split"], "estimator": floor["estimator"],
-                          "zero_shot": (floor.get("zero_shot") or {}).get(floor["split"])}
-    return reads
-
-
-def _score(run: dict[str, Any], task: str | None) -> float:
-    """Higher is better: the task's mean over seeds, or minus the MLM perplexity."""
-    return run["tasks"][task]["mean"] if task else -run["mlm_test"]["perplexity"]
-
-
-def _disjoint_above(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Every seed of `a` scored above every seed of `b`."""
-    return a["min"] > b["max"]
-
-
-def efficiency_factor(runs: list[dict[str, Any]], task: str | None) -> dict[str, Any]:
-    """Largest k such that XPT at N sentences matches or beats Scratch at k x N (means over seeds).
-
-    k is read off the sizes that were run, so it is a lower bound whenever XPT at the smallest size
-    already matches Scratch at the largest. For tasks the record also says whether the two seed
-    ranges are disjoint, since a mean that "matches" inside the seed spread proves little."""
-    xpt = {r["sentences"]: r for r in runs if r["method"] == FOCUS}
-    scratch = {r["sentences"]: r for r in runs if r["method"] == BASELINE}
-    if not xpt or not scratch:
-        return {"factor": None, "text": "needs finished XPT and Scratch runs"}
-    best = None
-    for n, run in sorted(xpt.items()):
-        for m, reference in sorted(scratch.items()):
-            if m >= n and _score(run, task) >= _score(reference, task) and (best is None or m / n > best["factor"]):
-                best = {"factor": m / n, "xpt_sentences": n, "scratch_sentences": m,
-                        "xpt_score": _score(run, task), "scratch_score": _score(reference, task)}
-                if task:
-                    best["seed_ranges_disjoint"] = _disjoint_above(run["tasks"][task], reference["tasks"][task])
-    if best is None:
-        return {"factor": None, "text": "not reached within the sizes run"}
-    bounded = best["scratch_sentences"] == max(scratch) and best["xpt_sentences"] == min(xpt) and best["factor"] > 1
-    best["lower_bound"] = bounded
-    best["text"] = (f"{'at least ' if bounded else ''}{best['factor']:g}x: XPT at {best['xpt_sentences']:,} sentences "
-                    f"matches or beats Scratch at {best['scratch_sentences']:,}")
-    if "seed_ranges_disjoint" in best:
-        best["text"] += " (seed ranges disjoint)" if best["seed_ranges_disjoint"] else " (seed ranges overlap)"
-    return best
-
-
-def separation(runs: list[dict[str, Any]], task: str) -> dict[str, Any]:
-    """Per size: XPT above Scratch, and whether their seed ranges overlap."""
-    table = {}
-    for size in sorted({r["sentences"] for r in runs}):
-        by_method = {r["method"]: r["tasks"][task] for r in runs if r["sentences"] == size}
-        if FOCUS in by_method and BASELINE in by_method:
-            a, b = by_method[FOCUS], by_method[BASELINE]
-            table[str(size)] = {"xpt_above": a["mean"] > b["mean"],
-                                "ranges_disjoint": _disjoint_above(a, b) or _disjoint_above(b, a)}
-    return table
-
-
-def markdown(report: dict[str, Any], spec: StudySpec) -> str:
-    runs = report["runs"]
-    lines = ["# Data-efficiency study", "", spec.description.strip(), ""]
-    if report["missing"]:
-        lines += [f"**Incomplete: not finished yet: {', '.join(report['missing'])}.**", ""]
-    if not runs:
-        return "\n".join(lines) + "\n"
-    for task in spec.tasks:
-        first = runs[0]["tasks"][task]
-        lines += [f"## {task}: {first['metric']} on {first['split']} (mean ± sd over seeds [min, max])", ""]
-        lines += method_by_size(runs, spec, lambda t: f"{t['mean']:.1f} ± {t['sd']:.1f} [{t['min']:.1f}, {t['max']:.1f}]", task)
-        lines += ["", f"Data-efficiency factor (XPT vs Scratch): {report['data_efficiency'][task]['text']}.", ""]
-        verdicts = report["separation"][task]
-        lines.append("XPT above Scratch with disjoint seed ranges: " + (", ".join(
-            f"{int(n):,}: {'yes' if v['xpt_above'] and v['ranges_disjoint'] else ('above, ranges overlap' if v['xpt_above'] else 'no')}"
-            for n, v in verdicts.items()) or "no size has both finished") + ".")
-        lines.append("")
-        lines += reads_table(runs, spec, task, report["floor"].get(task), report["source"].get(task))
-    lines += ["## Held-out MLM (test split, fixed masks)", "",
-              "| method | sentences | perplexity | hits@1 | hits@10 | MRR | tokens seen | post-training wall s |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for r in runs:
-        m = r["mlm_test"]
-        lines.append(f"| {r['method']} | {r['sentences']:,} | {m['perplexity']:.1f} | {m['hits@1']:.3f} | "
-                     f"{m['hits@10']:.3f} | {m['mrr']:.3f} | {r['tokens_seen']:,} | {r['post_training_wall_s']:.0f} |")
-    lines += ["", f"Data-efficiency factor on MLM perplexity: {report['data_efficiency']['mlm_perplexity']['text']}.", ""]
-    lines += ["## Fine-tuning cost", "", "| task | train / dev / test examples | wall s per model (all seeds, median) |",
-              "| --- | --- | ---: |"]
-    for task in spec.tasks:
-        ex = runs[0]["tasks"][task]["examples"]
-        walls = [r["tasks"][task]["fine_tuning_wall_s"] for r in runs]
-        lines.append(f"| {task} | {ex.get('train')} / {ex.get('dev')} / {ex.get('test', '-')} | {statistics.median(walls):.0f} |")
-    return "\n".join(lines) + "\n"
-
-
-def method_by_size(runs: list[dict[str, Any]], spec: StudySpec, cell, task: str) -> list[str]:
-    """A markdown table, a row per method and a column per size; `cell` formats a run's entry for `task`."""
-    lines = ["| method | " + " | ".join(f"{n:,} sentences" for n in spec.sizes) + " |",
-             "| --- |" + " ---: |" * len(spec.sizes)]
-    for method in spec.methods:
-        found = {r["sentences"]: r["tasks"][task] for r in runs if r["method"] == method}
-        lines.append(f"| {method} | " + " | ".join(cell(found[n]) if n in found else "not run" for n in spec.sizes) + " |")
-    return lines
-
-
-def reads_table(runs: list[dict[str, Any]], spec: StudySpec, task: str, floor: dict[str, Any] | None,
-                source: dict[str, Any] | None) -> list[str]:
-    """The linear probes by method and size, the cosine without training for STS, and the two references:
-    the no-model floor and the English source as it is."""
-    lines = [f"### {task}: linear probes of the frozen encoders (mean-pooled / first token; the same splits)", ""]
-    lines += method_by_size(runs, spec, lambda t: " / ".join(f"{t['probe'][p]:.1f}" for p in ("mean", "first")
-                                                             if p in t.get("probe", {})) or "not run", task)
-    if any("zero_shot" in r["tasks"][task] for r in runs):
-        lines += ["", f"{task} without any training: Spearman x 100 of the cosine of mean-pooled states", ""]
-        lines += method_by_size(runs, spec, lambda t: f"{t['zero_shot']:.1f}" if "zero_shot" in t else "-", task)
-    lines.append("")
-    if floor:
-        cosine = f"; the cosine of the TF-IDF vectors, no training: {floor['zero_shot']:.1f}" if floor.get("zero_shot") is not None else ""
-        lines.append(f"No-model floor (TF-IDF of character 1-3-grams, {floor['estimator']}): **{floor['score']:.1f}**{cosine}.")
-    if source and source.get("probe"):
-        cosine = f"; cosine without training {source['zero_shot']:.1f}" if "zero_shot" in source else ""
-        lines.append(f"The English source as it is (its own tokenizer, no post-training), probed: "
-                     f"{source['probe']['mean']:.1f} / {source['probe']['first']:.1f}{cosine}.")
-    return lines + [""]
-
-
-def plot(report: dict[str, Any], spec: StudySpec, folder: Path) -> list[Path]:
-    """One PNG per task: metric against post-training sentences (log x), a line per method, seed min-max band."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    paths = []
-    if not report["runs"]:
-        return paths
-    for task in spec.tasks:
-        fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=110)
-        for method in spec.methods:
-            points = sorted((r["sentences"], r["tasks"][task]) for r in report["runs"] if r["method"] == method)
-            xs = [p[0] for p in points]
-            ax.plot(xs, [p[1]["mean"] for p in points], marker="o", label=method)
-            ax.fill_between(xs, [p[1]["min"] for p in points], [p[1]["max"] for p in points], alpha=0.15)
-        floor, source = report["floor"].get(task), report["source"].get(task)
-        if floor:
-            ax.axhline(floor["score"], color="gray", linestyle="--", linewidth=1, label="no-model floor (TF-IDF)")
-        if source and source.get("probe"):
-            ax.axhline(source["probe"]["mean"], color="black", linestyle=":", linewidth=1,
-                       label="English source, probed")
-        first = report["runs"][0]["tasks"][task]
-        ax.set_xscale("log")
-        ax.set_xticks(spec.sizes)
-        ax.set_xticklabels([f"{n / 1000:g}K" if n >= 1000 else str(n) for n in spec.sizes])
-        ax.minorticks_off()
-        ax.set_xlabel("post-training sentences")
-        ax.set_ylabel(f"{first['metric']} ({first['split']})")
-        ax.set_title(f"{task}: mean over seeds, band = seed min-max")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        path = folder / f"{task}.png"
-        fig.savefig(path)
-        plt.close(fig)
-        paths.append(path)
-    return paths
-
-
 def stage_report(spec: StudySpec, out: Path) -> Path:
+    from training.study_report import collect, markdown, plot
+
     folder = out / "report"
     folder.mkdir(exist_ok=True)
     report = collect(spec, out)
@@ -632,7 +414,7 @@ def run_study(spec: StudySpec, out: Path, resume: bool = False) -> Path:
     data = stage_corpus(spec, out)
     tokenizer = stage_tokenizer(spec, out, data)
     task_dirs = {name: task_folder(spec, out, name) for name in spec.tasks}
-    from training.config import resolve_source
+    from training.inputs import resolve_source
 
     source = Path(resolve_source(resolve_relative(spec.source)))
     for name, folder in task_dirs.items():

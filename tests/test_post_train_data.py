@@ -1,0 +1,264 @@
+"""Post-training data (training/mlm_data.py, training/mlm_batches.py): reading text folders, prepared
+splits, saved datasets and streams; empty, mis-encoded, truncated, binary and wrong-script input refused
+or skipped with one line naming it; best-fit packing of whole sentences into rows; masking (80/10/10,
+whole words) as a function of seed, epoch and row; packed collation with block attention masks and
+restarting positions; the step-indexed batch schedule; word-order shuffling.
+"""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from tests.model_factories import word_tokenizer
+from tests.post_train_helpers import WORDS, reset_accelerate, run_args, run_inprocess
+from tokenization.errors import ConfigError
+from training import post_train
+from training.mlm_batches import BatchSchedule, Masker, collate, row_rng
+from training.mlm_data import build_token_rows, load_text_splits, pack_rows
+
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # reset Accelerate's per-process state after each test
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading the text
+# ----------------------------------------------------------------------------------------------
+
+
+def test_prepared_splits_folder_is_used_as_is(tmp_path):
+    for split, n in (("train", 30), ("valid", 5), ("test", 4)):
+        (tmp_path / split).mkdir()
+        (tmp_path / split / "shard-0.txt").write_text("\n".join(f"{split} 문장 {i}" for i in range(n)) + "\n")
+    splits = load_text_splits(str(tmp_path), cache_dir=str(tmp_path / ".hf"))
+    assert {k: len(v) for k, v in splits.items()} == {"train": 30, "valid": 5, "test": 4}
+    assert splits["valid"][0]["text"].startswith("valid")
+
+
+def test_saved_dataset_dict_keeps_its_splits(tmp_path):
+    import datasets
+
+    data = {split: datasets.Dataset.from_dict({"text": [f"{split} 문장 {i}" for i in range(n)], "id": list(range(n))})
+            for split, n in (("train", 12), ("validation", 3), ("test", 2))}
+    datasets.DatasetDict(data).save_to_disk(str(tmp_path / "saved"))
+    splits = load_text_splits(str(tmp_path / "saved"), cache_dir=str(tmp_path / ".hf"))
+    assert {k: len(v) for k, v in splits.items()} == {"train": 12, "valid": 3, "test": 2}
+    assert splits["test"].column_names == ["text"] and splits["valid"][0]["text"].startswith("validation")
+
+
+def test_streaming_reads_only_what_is_needed(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.txt").write_text("\n".join(f"문장 {i}" for i in range(1000)) + "\n")
+    splits = load_text_splits(str(tmp_path / "data"), valid_size=5, test_size=5, streaming=True, stream_limit=50,
+                              cache_dir=str(tmp_path / ".hf"))
+    assert {k: len(v) for k, v in splits.items()} == {"train": 40, "valid": 5, "test": 5}
+    seen = {t for split in splits.values() for t in split["text"]}
+    assert seen == {f"문장 {i}" for i in range(50)}
+
+
+@pytest.mark.parametrize("case", ["empty file", "cp949 file", "truncated gzip", "empty folder", "binary file"])
+def test_unreadable_data_is_one_line_naming_the_input(tiny, tmp_path, capsys, case):
+    import gzip
+
+    data = tmp_path / "data"
+    data.mkdir()
+    text = "\n".join(" ".join(random.Random(i).sample(WORDS, 5)) for i in range(300)) + "\n"
+    culprit = data / "a.txt"
+    if case == "empty file":
+        culprit.write_text("")
+    elif case == "cp949 file":  # Korean in another encoding: nearly every line is invalid UTF-8
+        culprit.write_bytes(text.encode("cp949"))
+    elif case == "truncated gzip":
+        blob = gzip.compress(text.encode("utf-8"))
+        culprit = data / "a.txt.gz"
+        culprit.write_bytes(blob[: len(blob) // 2])
+    elif case == "binary file":
+        culprit.write_bytes(bytes(range(256)) * 50)
+    else:
+        culprit = data
+    assert post_train.main(run_args(tiny, tmp_path / "out", data=data)) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]  # besides progress bars
+    assert len(errors) == 1 and "`data`" in errors[0] and str(culprit) in errors[0], err
+    assert "Traceback" not in err and not (tmp_path / "out" / "checkpoints").exists()
+
+
+def test_a_line_that_is_not_utf8_is_skipped_and_counted_alike_by_post_training_and_prepare_corpus(tiny, tmp_path,
+                                                                                                  capsys):
+    from tokenization.prepare_corpus import prepare
+
+    lines = [" ".join(random.Random(i).sample(WORDS, 5)) for i in range(300)]
+    raw = tmp_path / "raw" / "a.txt"
+    raw.parent.mkdir()
+    raw.write_bytes(("\n".join(lines[:150]) + "\n").encode("utf-8") + "caf\xe9 cr\xe8me\n".encode("latin-1")
+                    + ("\n".join(lines[150:]) + "\n").encode("utf-8"))
+    summary = run_inprocess(run_args(tiny, tmp_path / "out", data=raw.parent))
+    data = summary["data"]
+    assert data["train_sentences"] + data["valid_sentences"] + data["test_sentences"] == 300
+    said_by_training = [line for line in capsys.readouterr().err.splitlines() if "not valid UTF-8" in line]
+    stats = prepare([str(raw)], tmp_path / "corpus", valid=0.1, test=0.1, progress=False)
+    said_by_prepare = [line for line in capsys.readouterr().err.splitlines() if "not valid UTF-8" in line]
+    assert stats["invalid_utf8"]["lines"] == 1 and stats["invalid_utf8"]["files"] == {str(raw): 1}
+    assert said_by_training == said_by_prepare == [f"warning: {raw}: skipped 1 line(s) that are not valid UTF-8 "
+                                                   "(re-encode the file to UTF-8, e.g. iconv -f cp949 -t utf-8, "
+                                                   "to keep them)"]
+
+
+def test_text_without_the_target_script_is_refused_unless_the_check_is_off(tiny, tmp_path, capsys):
+    english = "the cat sat on a mat while two dogs ran through the park".split()
+    data = tmp_path / "english"
+    data.mkdir()
+    (data / "en.txt").write_text("\n".join(" ".join(random.Random(i).sample(english, 6)) for i in range(300)) + "\n")
+    assert post_train.main(run_args(tiny, tmp_path / "out", data=data)) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "`data`" in errors[0] and "Traceback" not in err, err
+    assert "0% of 220 sampled training texts" in errors[0] and "hangul" in errors[0], errors[0]
+    assert "--language" in errors[0] and "--min-script-share 0" in errors[0]
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+    reset_accelerate()
+    summary = run_inprocess(run_args(tiny, tmp_path / "out", data=data, min_script_share=0, train_steps=2,
+                                     phase1_steps=1))
+    assert summary["total_steps"] == 2 and summary["config"]["min_script_share"] == 0
+    import datasets
+
+    from training.mlm_data import check_target_script
+
+    english_only = datasets.Dataset.from_dict({"text": ["the cat sat on a mat"]})
+    check_target_script(english_only, language="none", min_share=0.5, data="x")  # no language: nothing to check
+    with pytest.raises(ConfigError, match="`data`"):
+        check_target_script(english_only, language="ko", min_share=0.5, data="x")
+
+
+# ----------------------------------------------------------------------------------------------
+# Packing sentences into rows
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lengths, capacity, rows", [
+    ([100, 28, 90, 38, 64, 64], 128, [[0, 1], [2, 3], [4, 5]]),  # three full rows, longest first
+    ([128, 5, 128], 128, [[0], [2], [1]]),  # a full-length sentence is a row of its own
+    ([7, 7, 7, 7], 14, [[0, 1], [2, 3]]),  # ties keep corpus order
+    ([60, 45, 45, 8], 100, [[0], [1, 2, 3]]),  # best fit: 8 goes to the row with 10 free, not the one with 40
+    ([], 16, []),
+])
+def test_pack_rows_best_fit_decreasing(lengths, capacity, rows):
+    assert pack_rows(lengths, capacity) == rows
+
+
+def test_pack_rows_refuses_a_sentence_longer_than_a_row():
+    with pytest.raises(ValueError, match="sentence 1 has 20 tokens, more than a row's 16"):
+        pack_rows([3, 20], 16)
+
+
+def test_pack_rows_fills_rows_far_better_than_next_fit():
+    rng = random.Random(0)
+    lengths = [min(128, max(3, int(rng.lognormvariate(3.1, 0.8)))) for _ in range(3000)]
+    rows = pack_rows(lengths, 128)
+    assert sorted(i for row in rows for i in row) == list(range(len(lengths)))  # every sentence once
+    assert all(sum(lengths[i] for i in row) <= 128 for row in rows)
+    next_fit, used = 0, 128
+    for n in lengths:  # consecutive sentences until the next one does not fit
+        next_fit, used = (next_fit + 1, n) if used + n > 128 else (next_fit, used + n)
+    fill = sum(lengths) / (128 * len(rows))
+    assert fill > 0.99 and len(rows) < 0.9 * next_fit, (fill, len(rows), next_fit)
+
+
+def test_packed_rows_hold_every_sentence_whole(tmp_path):
+    import datasets
+
+    tok = word_tokenizer("bert", WORDS)
+    rng = random.Random(1)
+    texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 20))) for _ in range(200)]
+    split = {"train": datasets.Dataset.from_dict({"text": texts})}
+    kwargs = dict(max_seq_length=32, cache_dir=str(tmp_path), cache_key={"t": 1}, log=lambda *_: None)
+    packed = build_token_rows(split, tok, packing=True, **kwargs)["train"]
+    single = build_token_rows(split, tok, packing=False, **kwargs)["train"]
+    pieces = []
+    for ids, starts, segs in zip(packed["input_ids"], packed["word_start"], packed["seg_lengths"]):
+        assert sum(segs) == len(ids) == len(starts) <= 32
+        bounds = np.cumsum([0] + segs)
+        pieces += [(tuple(ids[a:b]), tuple(starts[a:b])) for a, b in zip(bounds[:-1], bounds[1:])]
+    assert sorted(pieces) == sorted(zip(map(tuple, single["input_ids"]), map(tuple, single["word_start"])))
+    assert len(packed) < len(single) / 2
+
+
+# ----------------------------------------------------------------------------------------------
+# Masking, collation, schedule, word order
+# ----------------------------------------------------------------------------------------------
+
+
+def test_masking_is_a_function_of_seed_epoch_row_and_follows_80_10_10():
+    tok = word_tokenizer("bert", WORDS)
+    masker = Masker(tok)
+    ids = np.array([tok.cls_token_id] + [5 + (i % 20) for i in range(4000)] + [tok.sep_token_id])
+    starts = np.ones_like(ids)
+    a = masker.mask_row(ids, starts, row_rng(1, 0, 7))
+    b = masker.mask_row(ids, starts, row_rng(1, 0, 7))
+    c = masker.mask_row(ids, starts, row_rng(1, 1, 7))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert not np.array_equal(a[1], c[1])
+    out, labels = a
+    selected = labels != -100
+    assert selected.sum() == round(0.15 * 4000)
+    assert labels[0] == -100 and labels[-1] == -100  # specials never selected
+    share_mask = (out[selected] == tok.mask_token_id).mean()
+    share_same = (out[selected] == ids[selected]).mean()
+    assert 0.75 < share_mask < 0.85 and 0.06 < share_same < 0.14
+    assert (out[~selected] == ids[~selected]).all()
+
+
+def test_whole_word_masking_masks_complete_words():
+    tok = word_tokenizer("bert", WORDS)
+    masker = Masker(tok, whole_word=True)
+    ids = np.array([tok.cls_token_id] + list(range(5, 65)) + [tok.sep_token_id])
+    starts = np.array([1] + [1 if i % 3 == 0 else 0 for i in range(60)] + [1])  # words of 3 tokens
+    _, labels = masker.mask_row(ids, starts, row_rng(0, 0, 0))
+    selected = (labels[1:-1] != -100).reshape(20, 3)
+    assert selected.any()
+    assert (selected.all(axis=1) | ~selected.any(axis=1)).all()
+
+
+def test_packed_collate_has_block_mask_and_restarting_positions():
+    tok = word_tokenizer("roberta", WORDS)
+    rows = [{"input_ids": [0, 10, 11, 2, 0, 12, 2], "word_start": [1] * 7, "seg_lengths": [4, 3]},
+            {"input_ids": [0, 13, 2], "word_start": [1] * 3, "seg_lengths": [3]}]
+    batch = collate(rows, [0, 1], masker=Masker(tok), seed=0, epoch=0, pad_id=tok.pad_token_id,
+                    position_offset=2, packing=True)
+    assert batch["position_ids"].tolist() == [[2, 3, 4, 5, 2, 3, 4], [2, 3, 4, 1, 1, 1, 1]]
+    mask = batch["attention_mask"]
+    assert mask.shape == (2, 7, 7)
+    assert mask[0, 1, 3] and not mask[0, 1, 4] and mask[0, 5, 4]
+    assert not mask[1, 0, 3] and not mask[1, 4].any()
+
+
+def test_batch_schedule_is_a_function_of_the_step():
+    s1, s2 = BatchSchedule(100, 8, seed=3), BatchSchedule(100, 8, seed=3)
+    assert s1.steps_per_epoch == 12
+    for step in (0, 5, 11, 12, 30):
+        e1, r1 = s1.global_batch_rows(step)
+        e2, r2 = s2.global_batch_rows(step)
+        assert e1 == e2 == step // 12 and np.array_equal(r1, r2)
+    epoch0 = np.concatenate([s1.global_batch_rows(i)[1] for i in range(12)])
+    assert len(set(epoch0.tolist())) == 96  # no row twice within an epoch
+    grouped = BatchSchedule(100, 8, seed=3, lengths=[i % 17 for i in range(100)])
+    _, rows = grouped.global_batch_rows(0)
+    assert len(rows) == 8
+
+
+def test_word_order_shuffle_keeps_masked_and_special_tokens_and_sentences():
+    from training.mlm_batches import shuffle_word_order
+
+    special = np.array([0, 1, 2])
+    ids = np.array([0] + list(range(10, 50)) + [2, 0] + list(range(60, 100)) + [2])
+    labels = np.full_like(ids, -100)
+    labels[[3, 7, 50]] = ids[[3, 7, 50]]
+    original = ids.copy()
+    targets = shuffle_word_order(ids, labels, [42, 42], special, 0.15, np.random.default_rng(0))
+    moved = np.flatnonzero(targets != -100)
+    assert moved.size >= 4 and not np.isin(moved, [0, 3, 7, 41, 42, 50, 83]).any()
+    for pos in moved:  # the token now at pos came from its sentence's position targets[pos]
+        sentence_start = 0 if pos < 42 else 42
+        assert original[sentence_start + targets[pos]] == ids[pos]
+    assert sorted(ids[moved]) == sorted(original[moved])  # a permutation within the chosen positions
+    assert (ids[targets == -100] == original[targets == -100]).all()

@@ -1,0 +1,214 @@
+"""Offline checks of a post-training config (`validate_config`, once per run, before anything is
+downloaded or trained), the rule for which settings a resumed run may change, and whether the data is
+on this machine. Errors are `ConfigError`s naming the field.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+from tokenization.errors import ConfigError
+from training.config import (
+    ATTENTION,
+    AUTO_BOOL,
+    DROPOUT_MASKS,
+    MIXED_PRECISION,
+    SCHEDULES,
+    PhaseConfig,
+    PostTrainConfig,
+)
+from training.inputs import check_json_files, check_source_and_tokenizer, looks_like_hub_id, resolve_local
+from training.methods import ALL_GROUPS
+
+
+
+
+# Fields a resumed run may change: they steer the process (where, whether to resume), what is logged
+# or kept, and how batches are fetched, never the numbers. Every other field shapes the weights (data
+# order, batches, schedule, model, seed, precision) or the recorded metrics, and must match the run's.
+RUN_CONTROL = ("output_dir", "resume", "overwrite_output_dir", "dry_run")
+RESUME_FREE = RUN_CONTROL + ("logging_steps", "save_steps", "save_total_limit", "keep_checkpoints", "report_to",
+                             "push_to_hub", "hub_private", "hub_license", "num_workers", "cache_dir",
+                             "retain_cpu_memory")
+
+
+def resume_changes(saved: dict, now: dict) -> tuple[dict, dict]:
+    """(shaping, free): the fields whose value differs between the settings a run was started with
+    (`saved`, `PostTrainConfig.to_dict()`) and the settings it is resumed with, each as {field: [old, new]}.
+    `eval_steps` is free unless early stopping reads the evaluations."""
+    free_fields = set(RESUME_FREE)
+    if now.get("early_stopping_patience") is None and saved.get("early_stopping_patience") is None:
+        free_fields.add("eval_steps")
+    changed = {k: [saved.get(k), now.get(k)] for k in sorted(set(saved) | set(now))
+               if k not in RUN_CONTROL and saved.get(k) != now.get(k)}
+    shaping = {k: v for k, v in changed.items() if k not in free_fields}
+    return shaping, {k: v for k, v in changed.items() if k in free_fields}
+
+
+def refuse_changed_resume(shaping: dict, checkpoint) -> None:
+    """One line naming every changed field with its old and new value, and the ways forward."""
+    if shaping:
+        listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in shaping.items())
+        raise ConfigError("resume", f"{checkpoint} was trained with other settings: {listed}. A resumed run "
+                          "continues the saved schedule, batches and seed, so the change would not take effect or "
+                          "would mix two runs: resume with the run's own settings (drop these options), or start a "
+                          "new run in another --output-dir")
+
+
+def validate_config(c: PostTrainConfig, world_size: int | None = None, check_data: bool = True) -> None:
+    for name, value in dataclasses.asdict(c).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(name, f"{value} is not a finite number")
+    method = c.method_entry()
+    if c.push_to_hub is not None:
+        _validate_push(c)
+    if c.embedding_init not in ("random", "overlap", "fvt"):
+        raise ConfigError("embedding_init", f"{c.embedding_init!r}: use 'random', 'overlap' or 'fvt'")
+    if c.output_bias_init not in ("zeros", "unigram"):
+        raise ConfigError("output_bias_init", f"{c.output_bias_init!r}: use 'zeros' or 'unigram'")
+    if c.itl_init not in ("random", "copy"):
+        raise ConfigError("itl_init", f"{c.itl_init!r}: use 'random' or 'copy'")
+    if method.adapters and c.adapter_size <= 0:
+        raise ConfigError("adapter_size", f"must be > 0 for method {c.method!r}")
+    if c.mixed_precision not in MIXED_PRECISION:
+        raise ConfigError("mixed_precision", f"{c.mixed_precision!r} is not one of {MIXED_PRECISION}")
+    for name in ("compile", "fused_adamw", "static_masked_head", "retain_cpu_memory"):
+        if getattr(c, name) not in AUTO_BOOL:
+            raise ConfigError(name, f"{getattr(c, name)!r} is not one of auto, true, false")
+    if c.attn_implementation not in ATTENTION:
+        raise ConfigError("attn_implementation", f"{c.attn_implementation!r} is not one of {ATTENTION}")
+    if c.dropout_mask not in DROPOUT_MASKS:
+        raise ConfigError("dropout_mask", f"{c.dropout_mask!r} is not one of {DROPOUT_MASKS}")
+    if c.lr_schedule not in SCHEDULES:
+        raise ConfigError("lr_schedule", f"{c.lr_schedule!r} is not one of {SCHEDULES}")
+    for name in ("train_steps", "global_batch_size", "max_seq_length", "eval_steps", "save_steps", "logging_steps",
+                 "save_total_limit", "tokenizer_vocab_size", "tokenizer_train_sentences", "learning_rate",
+                 "adam_epsilon"):
+        if getattr(c, name) <= 0:
+            raise ConfigError(name, f"must be > 0, got {getattr(c, name)}")
+    for name in ("warmup_steps", "weight_decay", "max_grad_norm", "num_workers", "valid_size", "test_size"):
+        if getattr(c, name) < 0:
+            raise ConfigError(name, f"must be >= 0, got {getattr(c, name)}")
+    for name in ("per_device_batch_size", "gradient_accumulation_steps", "max_steps", "max_train_sentences",
+                 "max_eval_sentences", "early_stopping_patience", "phase1_learning_rate"):
+        if getattr(c, name) is not None and getattr(c, name) <= 0:
+            raise ConfigError(name, f"must be > 0 or null, got {getattr(c, name)}")
+    for name in ("adam_beta1", "adam_beta2", "post_training_dropout"):
+        if getattr(c, name) is not None and not 0 <= getattr(c, name) < 1:
+            raise ConfigError(name, f"must be in [0, 1), got {getattr(c, name)}")
+    if c.max_seq_length < 8:
+        raise ConfigError("max_seq_length", f"must be at least 8 (a row holds [CLS], [SEP] and some text), got {c.max_seq_length}")
+    if not 0 < c.mlm_probability < 1:
+        raise ConfigError("mlm_probability", f"must be in (0, 1), got {c.mlm_probability}")
+    if c.mask_replace_prob < 0 or c.random_replace_prob < 0 or c.mask_replace_prob + c.random_replace_prob > 1:
+        raise ConfigError("mask_replace_prob", "mask_replace_prob and random_replace_prob must be >= 0 and sum to <= 1")
+    if not 0 <= c.min_script_share <= 1:
+        raise ConfigError("min_script_share", f"must be in [0, 1], got {c.min_script_share}")
+    if c.min_script_share > 0:
+        from tokenization.korean_text import script_filter
+
+        try:
+            script_filter(c.language)
+        except ValueError:
+            raise ConfigError("language", f"no script is known for {c.language!r}: give a code such as ko, ja, ru, or "
+                              "set min_script_share 0 to train without the script check") from None
+    if not 0 <= c.wop_probability <= 1:
+        raise ConfigError("wop_probability", f"must be in [0, 1], got {c.wop_probability}")
+    if not 0 < c.wop_fraction <= 1:
+        raise ConfigError("wop_fraction", f"must be in (0, 1], got {c.wop_fraction}")
+    if not c.phases and method.phase1_groups is not None:
+        if c.phase1_steps <= 0:
+            raise ConfigError("phase1_steps", f"must be > 0, got {c.phase1_steps}")
+        if c.phase1_steps >= c.train_steps:
+            raise ConfigError("phase1_steps", f"{c.phase1_steps} leaves no steps for phase2 of train_steps={c.train_steps}; "
+                              "lower phase1_steps or raise train_steps")
+    for i, phase in enumerate(c.resolved_phases()):
+        _validate_phase(i, phase)
+    if not c.data:
+        raise ConfigError("data", "no training data given")
+    if check_data and missing_data(c):
+        raise ConfigError("data", f"{c.data!r} is neither an existing path, 'konlpy', nor a Hub dataset id")
+    if c.resume not in (None, "latest") and not Path(c.resume).is_dir():
+        raise ConfigError("resume", f"{c.resume!r} is neither 'latest' nor a checkpoint folder")
+    if check_data:
+        local_tokenizer = resolve_local(c.tokenizer) if c.tokenizer else None
+        if local_tokenizer is not None and local_tokenizer.is_dir():
+            check_json_files(local_tokenizer, "tokenizer", "train it again (python -m tokenization.train_tokenizer) "
+                             "or copy it again, and check the path")
+        local_source = resolve_local(c.source) if not c.source.startswith("package:") else None
+        if local_source is not None and local_source.is_dir():
+            check_json_files(local_source, "source", "download or copy the model again, and check the path")
+    if world_size is not None:
+        c.batch_layout(world_size)
+    else:
+        c.batch_layout(1)
+    _validate_paths(c)
+
+
+def _validate_push(c: PostTrainConfig) -> None:
+    """The repo id as the Hub validates it, and a licence for the card, before any training (the same
+    checks the push makes at the end; `training.publishing`)."""
+    from training.publishing import publisher
+
+    hub = publisher()
+    local = resolve_local(c.source) if not c.source.startswith("package:") else None
+    try:
+        hub.check(c.push_to_hub, license=c.hub_license, method=c.method, sources=[c.source, str(local) if local else None],
+                  fix="set hub_license (`--hub-license ID`, or `hub_license: ID` in the config)")
+    except hub.Error as error:
+        raise ConfigError({"repo_id": "push_to_hub", "license": "hub_license"}[error.field], str(error)) from None
+
+
+def data_present(data: str) -> bool:
+    """`data` can be read here or fetched: "konlpy", an existing local path, or a Hub dataset id."""
+    return data == "konlpy" or resolve_local(data) is not None or looks_like_hub_id(data)
+
+
+def data_to_read(c: PostTrainConfig) -> str:
+    """`data`, or `data_fallback` when `data` is not present and a fallback is set."""
+    return c.data if data_present(c.data) or not c.data_fallback else c.data_fallback
+
+
+def missing_data(c: PostTrainConfig) -> bool:
+    """Neither `data` nor its fallback is present on this machine."""
+    return not data_present(data_to_read(c))
+
+
+def _validate_phase(i: int, phase: PhaseConfig) -> None:
+    where = f"phases[{i}]"
+    if phase.steps <= 0:
+        raise ConfigError(f"{where}.steps", f"phase {phase.name!r} has {phase.steps} steps; must be > 0")
+    groups = phase.trainable_groups
+    if groups != ALL_GROUPS:
+        if isinstance(groups, str) or not groups:
+            raise ConfigError(f"{where}.trainable_groups", f"{groups!r}: give a list of group names or 'all'")
+        from modeling_xpt import PARAMETER_GROUPS  # loads torch: not when the config is only parsed (--help)
+
+        unknown = [g for g in groups if g not in PARAMETER_GROUPS]
+        if unknown:
+            raise ConfigError(f"{where}.trainable_groups", f"unknown parameter group(s) {unknown} in phase "
+                              f"{phase.name!r}; valid groups: {list(PARAMETER_GROUPS)}")
+    if phase.learning_rate <= 0:
+        raise ConfigError(f"{where}.learning_rate", f"must be > 0, got {phase.learning_rate}")
+    if phase.schedule not in SCHEDULES:
+        raise ConfigError(f"{where}.schedule", f"{phase.schedule!r} is not one of {SCHEDULES}")
+    if not 0 <= phase.warmup_steps <= phase.steps:
+        raise ConfigError(f"{where}.warmup_steps", f"{phase.warmup_steps} must be in [0, steps={phase.steps}]")
+
+
+def _validate_paths(c: PostTrainConfig) -> None:
+    source = check_source_and_tokenizer(c.source, c.tokenizer)
+    _refuse_output_over_inputs(c, source)
+
+
+def _refuse_output_over_inputs(c: PostTrainConfig, source: str) -> None:
+    """The output folder must not be, contain or lie inside a folder the run reads (the English source,
+    the tokenizer, the data): saving would overwrite or mix with them."""
+    from modeling_xpt._cli import overlapping
+
+    for name, value in (("source", source), ("tokenizer", c.tokenizer), ("data", c.data)):
+        local = resolve_local(value) if value else None
+        if local is not None and overlapping(c.output_dir, local):
+            raise ConfigError("output_dir", f"{c.output_dir} overlaps the {name} folder {local}: the run would "
+                              f"write into what it reads; choose another output folder")

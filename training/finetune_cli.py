@@ -1,0 +1,249 @@
+"""The command line of `training/finetune.py`: its parser, the options settled from others or from the
+machine (`resolve_options`), and the checks of the options against each other, the task, the model and
+an earlier run in the output folder, all made before any training.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from training import metrics_downstream
+from training.finetuned_model import SAVE_CHOICES
+from training.publishing import publisher
+from training.run_record import RESULTS_FILE
+from training.task_model import trusts_remote_code
+from training.tasks import TaskDataError, TaskSpec
+
+DESCRIPTION = "Fine-tune any encoder checkpoint on a Korean downstream task, over N seeds: `results.json`."
+MODES = ("finetune", "probe", "both")
+PAPER_DEFAULTS = {"batch_size": 32, "learning_rate": 5e-5, "epochs": 10, "warmup_ratio": 0.06,
+                  "weight_decay": 0.01, "max_length": 128}
+
+
+class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows "(default: X)" only where there is a default worth showing (not None or False)."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False) or "%(default)" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=DESCRIPTION, formatter_class=_DefaultsFormatter)
+    p.add_argument("--model", required=True, help="model folder or Hub id")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="run the model's own Python code (needed for XPT models from the Hub or written by another "
+                        "version of this package; folders this package wrote are trusted without it)")
+    p.add_argument("--task", required=True, help="registered task (python training/tasks.py lists them) or a new name")
+    p.add_argument("--data-dir", help="folder with train/dev[/test].{tsv,csv,json,jsonl}; omit to use the task's Hub dataset")
+    p.add_argument("--output-dir", required=True, help="where results.json and runs/seed_<s>.json are written")
+    p.add_argument("--seeds", default="3", help="number of seeds (0..N-1) or a comma-separated list")
+    p.add_argument("--task-spec", help="JSON object (or file) defining/overriding the task, see training/tasks.py")
+    p.add_argument("--task-type", choices=["single", "pair", "regression", "token", "qa"],
+                   help="task type of a new task (with --text-columns and --label-column)")
+    p.add_argument("--text-columns", help="comma-separated input columns (1 or 2)")
+    p.add_argument("--label-column", help="column holding the label (or score, tags, answers)")
+    p.add_argument("--labels", help="comma-separated label set; labels seen in train when omitted")
+    p.add_argument("--metric", choices=sorted(metrics_downstream.METRICS),
+                   help="metric that selects the best epoch and is reported (the task's own by default)")
+    p.add_argument("--max-train-samples", type=int, help="fine-tune on this many train examples (subsampled with --data-seed)")
+    p.add_argument("--max-eval-samples", type=int, help="cap dev and test (for quick runs)")
+    p.add_argument("--data-seed", type=int, default=0, help="seed of the subsampling (shared by all runs)")
+    p.add_argument("--hold-out-test", type=int, default=0, metavar="N",
+                   help="a task without a test split (NSMC here): hold N train examples out as its test split "
+                        "(shuffled with --data-seed; the split the study holds out), before --max-train-samples")
+    p.add_argument("--epochs", type=int, default=PAPER_DEFAULTS["epochs"], help="training epochs (the paper: 10 or 15)")
+    p.add_argument("--batch-size", type=int, default=PAPER_DEFAULTS["batch_size"], help="training batch size")
+    p.add_argument("--eval-batch-size", type=int, help="batch size of dev/test scoring (2 x --batch-size when omitted)")
+    p.add_argument("--learning-rate", type=float, default=PAPER_DEFAULTS["learning_rate"],
+                   help="peak AdamW learning rate (the paper: 5e-5 or 1e-5)")
+    p.add_argument("--warmup-ratio", type=float, default=PAPER_DEFAULTS["warmup_ratio"],
+                   help="share of the steps with linear warmup; linear decay to 0 after")
+    p.add_argument("--weight-decay", type=float, default=PAPER_DEFAULTS["weight_decay"],
+                   help="AdamW weight decay (not on biases and LayerNorm weights)")
+    p.add_argument("--max-grad-norm", type=float, default=1.0, help="gradient clipping norm")
+    p.add_argument("--max-length", type=int, default=PAPER_DEFAULTS["max_length"],
+                   help="tokens per example after truncation (pairs: both sentences together)")
+    p.add_argument("--doc-stride", type=int, default=128, help="QA window overlap (capped at max_length/4)")
+    p.add_argument("--patience", type=int, default=0, help="stop after this many epochs without dev improvement (0: off)")
+    p.add_argument("--pair-encoding", choices=["auto", "cross", "bi"], default="auto",
+                   help="sentence-pair regression (STS): cross = both sentences in one sequence with a regression "
+                        "head; bi = the cosine of the two mean-pooled sentence vectors, trained with MSE "
+                        "(training/sentence_similarity.py; the saved model/ is the encoder); auto: bi for "
+                        "sentence-pair regression unless --peft, --pooling or --push-to-hub is given, else cross")
+    p.add_argument("--pooling", choices=["first", "mean"],
+                   help="what an XPT sentence head reads: the first token or the mean over tokens "
+                        "(default: the model's classifier_pooling, 'first' unless set)")
+    p.add_argument("--mode", choices=MODES, default="finetune",
+                   help="finetune: fine-tune over --seeds; probe: linear probes of the frozen encoder only "
+                        "(mean- and first-token-pooled states, regularisation chosen on dev; no seeds, seconds on "
+                        "CPU); both: the probes, then fine-tuning (sentence-level tasks; training/linear_reads.py)")
+    p.add_argument("--floor", action="store_true",
+                   help="also score the no-model floor on the same splits: TF-IDF of character 1-3-grams with "
+                        "logistic regression / ridge (and cosine for STS); an encoder is worth using where it "
+                        "scores above it")
+    p.add_argument("--peft", choices=["lora"], help="parameter-efficient fine-tuning instead of full fine-tuning")
+    p.add_argument("--lora-r", type=int, default=8, help="LoRA rank (with --peft lora)")
+    p.add_argument("--lora-alpha", type=int, default=16, help="LoRA scaling alpha (with --peft lora)")
+    p.add_argument("--lora-dropout", type=float, default=0.1, help="dropout on the LoRA path (with --peft lora)")
+    p.add_argument("--merge", action="store_true",
+                   help="with --peft lora: also save the LoRA weights merged into the base model (OUTPUT/model), "
+                        "a full model that loads without PEFT")
+    p.add_argument("--save-model", choices=SAVE_CHOICES, default="best",
+                   help="best: keep the model of the seed with the best dev score, at its best dev epoch (the one "
+                        "its test score is measured with), in OUTPUT/model (--peft lora: the adapter in "
+                        "OUTPUT/adapter, and with --merge the merged model in OUTPUT/model); none: scores only")
+    p.add_argument("--push-to-hub", metavar="ORG/NAME",
+                   help="after the run, publish OUTPUT/model through cards.push: model card, validation, a load "
+                        "check in a fresh process, one upload (XPT sequence-task models; needs `hf auth login`)")
+    p.add_argument("--push-dry-run", action="store_true",
+                   help="with --push-to-hub: write the card, validate and load-check what would be uploaded; "
+                        "upload nothing")
+    p.add_argument("--hub-private", action="store_true", help="with --push-to-hub: create the repo private")
+    p.add_argument("--license", help="licence id of the published weights (default: the known licence of --model "
+                        "or of its English source; otherwise --push-to-hub asks for it)")
+    p.add_argument("--base-model", metavar="ORG/NAME",
+                   help="Hub id of --model, named as the card's base_model (default: --model when it is a Hub id; "
+                        "a local folder is described, never named)")
+    p.add_argument("--post-training-method", help="label for results.json post_training.method (default: from training_summary.json)")
+    p.add_argument("--post-training-sentences", type=int, help="post-training data size, if not in training_summary.json")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ...; auto: cuda when available")
+    p.add_argument("--mixed-precision", choices=["auto", "no", "bf16"], default="auto",
+                   help="bf16 autocast of forward and backward (weights and AdamW stay fp32); auto: bf16 on CUDA "
+                        "with bf16 and on CPUs with native bf16 (AVX512-BF16 or AMX), where it is faster, else no")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--overwrite-output-dir", action="store_true",
+                   help="replace the results of an earlier run with other options in --output-dir")
+    return p
+
+
+def parse_seeds(text: str) -> list[int]:
+    if "," in text:
+        return [int(s) for s in text.split(",") if s.strip()]
+    count = int(text)
+    if count < 1:
+        raise TaskDataError("--seeds must be >= 1 (a count) or a comma-separated list of seeds")
+    return list(range(count))
+
+
+def resolve_options(args) -> None:
+    """Set, once and before any check reads them, the options whose value follows from others or from the
+    machine: `--device auto` (cuda when available, else cpu), `--save-model`
+    under `--mode probe` (none: a probe is a scikit-learn estimator over frozen states, nothing to save) and
+    `--trust-remote-code` (also true for folders this package wrote, `trusts_remote_code`)."""
+    import torch
+
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.mode == "probe":
+        args.save_model = "none"
+    args.trust_remote_code = trusts_remote_code(args.model, args.trust_remote_code)
+
+
+def check_save_options(args) -> None:
+    """The saving and publishing options against each other, before anything is loaded."""
+    if args.mode == "probe":
+        for flag, value in (("--push-to-hub", args.push_to_hub), ("--peft", args.peft), ("--merge", args.merge)):
+            if value:
+                raise TaskDataError(f"{flag} goes with fine-tuning; --mode probe trains no model (use --mode both)")
+    if args.merge and args.peft != "lora":
+        raise TaskDataError("--merge merges LoRA weights into the base model: use it with --peft lora")
+    if args.merge and args.save_model == "none":
+        raise TaskDataError("--merge saves a merged model: drop --save-model none")
+    if not args.push_to_hub:
+        for flag, value in (("--push-dry-run", args.push_dry_run), ("--hub-private", args.hub_private),
+                            ("--license", args.license), ("--base-model", args.base_model)):
+            if value:
+                raise TaskDataError(f"{flag} goes with --push-to-hub ORG/NAME (to publish the saved model later, "
+                                    f"pass it to `xpt-push`)")
+        return
+    if args.save_model == "none":
+        raise TaskDataError("--push-to-hub publishes the saved model: drop --save-model none")
+    if args.peft and not args.merge:
+        raise TaskDataError(f"--push-to-hub with --peft {args.peft} publishes the merged model: add --merge "
+                            "(the adapter alone is saved in OUTPUT/adapter)")
+    hub = publisher()
+    try:  # the repo id and the Hub's reach, before anything is loaded
+        hub.check(args.push_to_hub, needs_token=not args.push_dry_run)
+    except hub.Error as error:
+        raise TaskDataError(f"--push-to-hub: {error}" + (", or add --push-dry-run" if error.field == "token" else "")) from None
+
+
+def sentence_pair_regression(spec: TaskSpec) -> bool:
+    return spec.task_type == "regression" and len(spec.text_columns) == 2
+
+
+def resolve_pair_encoding(args, spec: TaskSpec) -> None:
+    """`--pair-encoding auto`: bi for sentence-pair regression (STS), unless an option asks for a
+    classification model (--peft, --pooling, --push-to-hub), else cross. On the one-hour CPU model and
+    KorSTS's 5,749 training pairs, the bi-encoder reached 65.7 Spearman x 100 on test and the
+    cross-encoder 25.8 (docs/BENCHMARKS.md). Then `bi` only where it means something, and alone."""
+    if args.pair_encoding == "auto":
+        classifier = any((args.peft, args.pooling, args.push_to_hub))
+        args.pair_encoding = "bi" if sentence_pair_regression(spec) and not classifier else "cross"
+    if args.pair_encoding != "bi":
+        return
+    if not sentence_pair_regression(spec):
+        raise TaskDataError(f"--pair-encoding bi fine-tunes sentence-pair regression (STS) tasks; {spec.name} is a "
+                            f"{spec.task_type} task with {len(spec.text_columns)} text column(s)")
+    for flag, value in (("--peft", args.peft), ("--pooling", args.pooling), ("--push-to-hub", args.push_to_hub)):
+        if value:
+            raise TaskDataError(f"{flag} does not go with --pair-encoding bi (mean pooling, full fine-tuning; the "
+                                "saved model/ is a sentence encoder, not a classification model)")
+
+
+def check_publishable(args, spec: TaskSpec, config, post_training: dict[str, Any] | None) -> None:
+    """What saving and publishing need from the model and task, checked before any training."""
+    if args.save_model != "none" and Path(args.model).exists():
+        source, target = Path(args.model).resolve(), (Path(args.output_dir) / "model").resolve()
+        if source == target or target in source.parents:  # saving would replace the folder being read
+            raise TaskDataError(f"--output-dir {args.output_dir}: the model is saved in its model/ folder, which is "
+                                f"or holds --model {args.model}; choose another output folder")
+    if not args.push_to_hub:
+        return
+    if getattr(config, "model_type", None) != "xpt":
+        raise TaskDataError(f"--push-to-hub publishes XPT models (their card, remote code and checks); {args.model} "
+                            f"is a {config.model_type!r} model: its fine-tuned copy is saved in OUTPUT/model")
+    if spec.task_type not in ("single", "pair", "regression"):
+        raise TaskDataError(f"--push-to-hub publishes text-classification models (single, pair and regression "
+                            f"tasks); a {spec.task_type} task's model is saved in OUTPUT/model, not published")
+    method = (post_training or {}).get("method")
+    english = getattr(config, "source_name_or_path", None) or (post_training or {}).get("source_model")
+    hub = publisher()
+    try:
+        hub.check(args.push_to_hub, license=args.license, method=method, fix="pass --license ID",
+                  sources=[english, args.base_model, args.model, (post_training or {}).get("source_model")])
+    except hub.Error as error:
+        raise TaskDataError(f"--push-to-hub: {error}") from None
+
+
+def hyperparameters(args) -> dict[str, Any]:
+    """The options results.json records under `hyperparameters`; `check_reused_folder` compares them too."""
+    return {k: getattr(args, k) for k in ("batch_size", "learning_rate", "epochs", "warmup_ratio", "weight_decay",
+                                          "max_length", "patience", "max_train_samples", "max_eval_samples",
+                                          "hold_out_test", "lora_r",
+                                          "lora_alpha", "pooling", "pair_encoding")}
+
+
+def check_reused_folder(args, seeds: list[int]) -> None:
+    """An output folder holding the results of a run with other options is refused (its results.json and
+    runs/ would describe two runs at once) unless --overwrite-output-dir; the same options may run again."""
+    path = Path(args.output_dir) / RESULTS_FILE
+    if not path.is_file():
+        return
+    try:
+        before = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        before = {}
+    now = {"model": str(args.model), "task": args.task, "mode": args.mode, "seeds": seeds, "peft": args.peft,
+           "data_seed": args.data_seed, **hyperparameters(args)}
+    was = {"mode": "finetune", **before, **(before.get("hyperparameters") or {})}
+    changed = {k: (was.get(k), v) for k, v in now.items() if k in was and was.get(k) != v and
+               not (k == "seeds" and now["mode"] == "probe")}
+    if changed and not args.overwrite_output_dir:
+        listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
+        raise TaskDataError(f"--output-dir {args.output_dir} holds the results of a run with other options ({listed}): "
+                            "choose another --output-dir, or pass --overwrite-output-dir to replace them")

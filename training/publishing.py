@@ -1,0 +1,23 @@
+"""Publishing a finished folder on the Hub from post-training and fine-tuning.
+
+The card, checks and upload live in cards/, which builds on training/. Training reaches them through
+the installed project's entry point (`[project.entry-points."xpt.publishers"]` in pyproject.toml:
+`hub = "cards.publish"`), the packaging mechanism for code that a lower layer calls without importing
+it; so training/ imports nothing from cards/.
+"""
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+
+from tokenization.errors import UserError
+
+GROUP = "xpt.publishers"
+
+
+def publisher(name: str = "hub"):
+    """The publishing module registered as `name` (`check`, `push`, `Error`; see cards/publish.py)."""
+    found = entry_points(group=GROUP, name=name)
+    if not found:
+        raise UserError(f"publishing needs the project installed with its cards package (no {GROUP!r} entry point "
+                        f"named {name!r}): run `pip install -e .` in the checkout, or publish later with `xpt-push`")
+    return next(iter(found)).load()

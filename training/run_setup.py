@@ -1,0 +1,184 @@
+"""Setting up one post-training launch, before its first step: Accelerate and the speed settings, the
+output folder (claimed, or refused), the checkpoint to resume from and the settings it was started
+with, the text splits and the tokenizer. `training/post_train.py` calls these in order.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+import transformers
+from accelerate import Accelerator
+from accelerate.utils import is_tensorboard_available
+from transformers import AutoTokenizer
+
+from tokenization.errors import ConfigError
+from tokenization.train_tokenizer import train_tokenizer
+from training.checkpointing import checkpoint_problem, latest_checkpoint, latest_usable_checkpoint, list_checkpoints
+from training.config import PostTrainConfig
+from training.config_checks import refuse_changed_resume, resume_changes, validate_config
+from training.inputs import resolve_local
+from training.mlm_data import check_target_script, load_text_splits
+from training.run_record import LOSS_LOG, SUMMARY_FILE
+from training.step import SpeedSettings, cpu_class, describe_speed, resolve_speed, retain_freed_memory
+
+
+def _root_cause(error: BaseException) -> str:
+    """The innermost error of a chain (datasets wraps the reader's error), as one line."""
+    while error.__cause__ is not None or (error.__context__ is not None and not error.__suppress_context__):
+        error = error.__cause__ or error.__context__
+    text = (str(error).strip().splitlines() or [""])[0][:200]
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def get_tokenizer(config: PostTrainConfig, output_dir: Path, splits, source_fam: str | None, accelerator, log):
+    """The configured tokenizer, the one trained by an earlier (resumed) run, or a new one."""
+    if config.tokenizer:
+        path = resolve_local(config.tokenizer)
+        return AutoTokenizer.from_pretrained(str(path) if path else config.tokenizer), config.tokenizer
+    trained = output_dir / "tokenizer"
+    if accelerator.is_main_process and not (trained / "tokenizer_config.json").is_file():
+        n = min(config.tokenizer_train_sentences, len(splits["train"]))
+        log(f"training a {source_fam or 'roberta'} tokenizer (vocab {config.tokenizer_vocab_size}) on {n} train sentences")
+        texts = splits["train"].select(range(n))["text"]
+        tmp = output_dir / ".tmp-tokenizer"
+        train_tokenizer(texts, config.tokenizer_vocab_size, family=source_fam or "roberta", out_dir=str(tmp))
+        os.replace(tmp, trained)
+    accelerator.wait_for_everyone()
+    return AutoTokenizer.from_pretrained(str(trained)), str(trained)
+
+
+def hardware(accelerator) -> dict:
+    # What a reader needs to place the figures (kind of device, versions), not this machine's details
+    # (host platform string, core count): the summary travels with the published weights.
+    device = str(accelerator.device)
+    info = {"device": device, "machine": platform.machine(), "num_processes": accelerator.num_processes,
+            "mixed_precision": accelerator.mixed_precision, "torch": torch.__version__,
+            "transformers": transformers.__version__, "python": platform.python_version()}
+    if torch.cuda.is_available() and device.startswith("cuda"):
+        info["gpu"] = torch.cuda.get_device_name(accelerator.device)
+    else:
+        info["cpu_class"] = cpu_class()
+    return info
+
+
+def launched_multi_cpu() -> bool:
+    """True for several processes started by torchrun / `accelerate launch --multi_gpu` on a machine
+    without CUDA: Accelerate then needs `cpu=True` to set up DDP over gloo (else every process would
+    silently train alone)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
+
+
+def world_size_from_env() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def start_run(config: PostTrainConfig) -> tuple[Accelerator, SpeedSettings, list[str]]:
+    """Accelerate for this launch (processes, device, mixed precision), the speed settings and the trackers;
+    the config checked (once, for the launch's world size) before anything heavy."""
+    validate_config(config, world_size=world_size_from_env())
+    trackers = [t for t in config.report_to if t and t != "none"]
+    if "tensorboard" in trackers and not is_tensorboard_available():
+        print("warning: report_to tensorboard, but the tensorboard package is not installed "
+              "(`pip install tensorboard`); training without it", file=sys.stderr)
+        trackers.remove("tensorboard")
+    multi_cpu = launched_multi_cpu()
+    speed = resolve_speed(config, "cuda" if torch.cuda.is_available() and not multi_cpu else "cpu")
+    accelerator = Accelerator(mixed_precision=speed.mixed_precision, log_with=trackers or None,
+                              project_dir=str(config.output_dir), step_scheduler_with_optimizer=False,
+                              cpu=multi_cpu)
+    world = accelerator.num_processes
+    if world_size_from_env() != world:
+        raise RuntimeError(f"launched as {os.environ['WORLD_SIZE']} processes but Accelerate runs {world}")
+    if world == 1 and os.environ.get("ACCELERATE_USE_CPU", "").lower() == "true" and "MASTER_ADDR" in os.environ:
+        accelerator.print("note: `accelerate launch --cpu --num_processes N` starts ONE process unless mpirun is "
+                          "configured (accelerate issue #2741); for N CPU processes use "
+                          "`accelerate launch --multi_gpu --num_processes N` (DDP over gloo) or torchrun")
+    if speed.retain_memory and not retain_freed_memory():
+        speed = replace(speed, retain_memory=False)  # malloc is not glibc's here: nothing to switch
+    accelerator.print(describe_speed(speed, accelerator.device.type))
+    Path(config.output_dir).mkdir(parents=True, exist_ok=True)
+    return accelerator, speed, trackers
+
+
+def claim_output_dir(config: PostTrainConfig, accelerator: Accelerator) -> None:
+    """A fresh run (no `resume`) into a folder that holds another run's checkpoints or summary is refused,
+    or, with `overwrite_output_dir`, starts by deleting them."""
+    output_dir = Path(config.output_dir)
+    if config.resume is not None or not (list_checkpoints(output_dir) or (output_dir / SUMMARY_FILE).exists()):
+        return
+    if not config.overwrite_output_dir:
+        raise ConfigError("output_dir", f"{output_dir} already holds a run (checkpoints or {SUMMARY_FILE}): "
+                          "continue it with --resume latest, or pass --overwrite-output-dir true")
+    if accelerator.is_main_process:
+        shutil.rmtree(output_dir / "checkpoints", ignore_errors=True)
+        for name in (SUMMARY_FILE, LOSS_LOG):
+            (output_dir / name).unlink(missing_ok=True)
+    accelerator.wait_for_everyone()
+
+
+def check_resumed_settings(config: PostTrainConfig, state, resume_from: Path | None, log) -> None:
+    """A resumed run must have the settings it was started with, except those that cannot change the
+    numbers (`training.config_checks.resume_changes`); those changes are recorded with the step they start after."""
+    now = json.loads(json.dumps(config.to_dict()))  # as saved in the checkpoint (tuples as lists)
+    if resume_from is not None and state.settings is None:
+        log(f"note: {resume_from} holds no record of its settings (written by an earlier version); they are not "
+            "compared with this run's")
+    elif resume_from is not None:
+        shaping, free = resume_changes(state.settings, now)
+        refuse_changed_resume(shaping, resume_from)
+        if free:
+            state.setting_changes.append({"step": state.step, "changed": free})
+            log("resumed with changed settings that do not change the weights: " + ", ".join(
+                f"{k} {old!r} -> {new!r}" for k, (old, new) in free.items()))
+    state.settings = now
+
+
+def resume_point(config: PostTrainConfig, log) -> Path | None:
+    """The checkpoint to resume from: with `resume: latest` the newest one that loads (None for a folder
+    without checkpoints), or the folder `resume` names, which must load."""
+    output_dir = Path(config.output_dir)
+    if config.resume == "latest":
+        resume_from = latest_usable_checkpoint(output_dir, log)
+        if resume_from is None and list_checkpoints(output_dir):
+            raise ConfigError("resume", f"no checkpoint in {output_dir}/checkpoints loads (reasons above); start "
+                              "over with --overwrite-output-dir true")
+        if resume_from is None:
+            log(f"--resume latest: no checkpoint in {output_dir}/checkpoints, starting from scratch")
+        elif resume_from != latest_checkpoint(output_dir):
+            log(f"resuming from the newest checkpoint that loads: {resume_from.name}")
+        return resume_from
+    if config.resume:
+        resume_from = Path(config.resume)
+        problem = checkpoint_problem(resume_from)
+        if problem:
+            raise ConfigError("resume", f"{resume_from} cannot be resumed from: {problem}")
+        return resume_from
+    return None
+
+
+def load_splits(config: PostTrainConfig, data: str, accelerator: Accelerator) -> dict:
+    """The text splits, cut to `max_train_sentences` / `max_eval_sentences`; unreadable data is a ConfigError."""
+    with accelerator.main_process_first():
+        try:
+            splits = load_text_splits(data, text_column=config.text_column, valid_size=config.valid_size,
+                                      test_size=config.test_size, data_config=config.data_config,
+                                      cache_dir=str(Path(config.cache_dir) / "hf"), streaming=config.streaming,
+                                      stream_limit=(config.max_train_sentences + config.valid_size + config.test_size)
+                                      if config.max_train_sentences else None)
+        except Exception as error:  # the user's files (empty, binary, torn .gz, ...): the cause names the file and fix
+            raise ConfigError("data", f"cannot read {data}: {_root_cause(error)}") from None
+    if config.max_train_sentences:
+        splits["train"] = splits["train"].select(range(min(config.max_train_sentences, len(splits["train"]))))
+    if config.max_eval_sentences:
+        for split in ("valid", "test"):
+            if split in splits:
+                splits[split] = splits[split].select(range(min(config.max_eval_sentences, len(splits[split]))))
+    check_target_script(splits["train"], language=config.language, min_share=config.min_script_share, data=data)
+    return splits

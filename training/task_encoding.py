@@ -1,0 +1,175 @@
+"""Task data as model inputs and model outputs as predictions, for the five task types of fine-tuning.
+
+Encoding: examples to token features (sequence tasks with their labels, token tasks with word-aligned
+tags, QA with overlapping context windows, their answer positions and character offsets), and their
+collation into padded batches. Decoding: logits to labels, scores, tags or answer spans, and the task
+metrics over them (`score`).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from training import metrics_downstream, sentence_similarity
+from training.tasks import TaskSpec
+
+if TYPE_CHECKING:
+    import torch
+
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+# token_type_ids are always requested: some fast tokenizers (e.g. a bare PreTrainedTokenizerFast in
+# transformers v5) leave them out by default, and BERT-style models would then see the pair as one segment.
+
+
+# --- encoding ------------------------------------------------------------------------------------------------
+def encode_sequence_task(spec: TaskSpec, rows, tokenizer, max_length: int, labels: list[str] | None):
+    columns = spec.text_columns
+    first = [str(row[columns[0]]) for row in rows]
+    second = [str(row[columns[1]]) for row in rows] if len(columns) == 2 else None
+    encoded = tokenizer(first, second, truncation=True, max_length=max_length, return_token_type_ids=True)
+    label_ids = {label: i for i, label in enumerate(labels or [])}
+    features = []
+    for i, row in enumerate(rows):
+        feature = {k: encoded[k][i] for k in MODEL_INPUTS if k in encoded}
+        value = row[spec.label_column]
+        feature["labels"] = float(value) if spec.task_type == "regression" else label_ids[str(value)]
+        features.append(feature)
+    return features
+
+
+def encode_token_task(spec: TaskSpec, rows, tokenizer, max_length: int, labels: list[str]):
+    """Words -> sub-tokens; the first sub-token of each word carries the word's tag, the rest -100."""
+    label_ids = {label: i for i, label in enumerate(labels)}
+    words = [[str(w) for w in row[spec.tokens_column]] for row in rows]
+    encoded = tokenizer(words, is_split_into_words=True, truncation=True, max_length=max_length,
+                        return_token_type_ids=True)
+    features = []
+    for i, row in enumerate(rows):
+        word_ids = encoded.word_ids(i)
+        tags = row[spec.label_column]
+        label_row, first_positions, previous = [], {}, None
+        for position, word in enumerate(word_ids):
+            if word is None or word == previous:
+                label_row.append(-100)
+            else:
+                label_row.append(label_ids[tags[word]])
+                first_positions[word] = position
+            previous = word
+        feature = {k: encoded[k][i] for k in MODEL_INPUTS if k in encoded}
+        feature["labels"] = label_row
+        feature["word_positions"] = [first_positions.get(w) for w in range(len(tags))]
+        features.append(feature)
+    return features
+
+
+def encode_qa_task(spec: TaskSpec, rows, tokenizer, max_length: int, stride: int):
+    """SQuAD-style windows over the context. Each feature has start/end token positions of the first
+    answer (0 = the first token when the answer is not inside the window), its example index and the
+    character offsets of its context tokens (None elsewhere) for span decoding."""
+    questions = [str(row[spec.question_column]).strip() for row in rows]
+    contexts = [str(row[spec.context_column]) for row in rows]
+    encoded = tokenizer(questions, contexts, truncation="only_second", max_length=max_length, stride=stride,
+                        return_overflowing_tokens=True, return_offsets_mapping=True, return_token_type_ids=True)
+    features = []
+    for i in range(len(encoded["input_ids"])):
+        example = encoded["overflow_to_sample_mapping"][i]
+        sequence_ids = encoded.sequence_ids(i)
+        offsets = [tuple(o) if sequence_ids[k] == 1 else None for k, o in enumerate(encoded["offset_mapping"][i])]
+        answers = rows[example][spec.answers_column]
+        start_char = answers["answer_start"][0]
+        end_char = start_char + len(answers["text"][0])
+        start_token = end_token = 0
+        context_tokens = [k for k, o in enumerate(offsets) if o is not None]
+        if context_tokens and offsets[context_tokens[0]][0] <= start_char and offsets[context_tokens[-1]][1] >= end_char:
+            start_token = next(k for k in context_tokens if offsets[k][1] > start_char)
+            end_token = next(k for k in reversed(context_tokens) if offsets[k][0] < end_char)
+        feature = {k: encoded[k][i] for k in MODEL_INPUTS if k in encoded}
+        feature.update(start_positions=start_token, end_positions=end_token, example=example, offsets=offsets)
+        features.append(feature)
+    return features
+
+
+def build_features(spec: TaskSpec, splits, tokenizer, max_length: int, doc_stride: int, config=None,
+                   pair_encoding: str = "cross"):
+    out = {}
+    for split, rows in splits.items():
+        if pair_encoding == "bi":
+            out[split] = sentence_similarity.encode_pairs(spec.text_columns, spec.label_column, rows, tokenizer,
+                                                          max_length)
+        elif spec.task_type == "token":
+            out[split] = encode_token_task(spec, rows, tokenizer, max_length, spec.labels)
+        elif spec.task_type == "qa":
+            out[split] = encode_qa_task(spec, rows, tokenizer, max_length, min(doc_stride, max_length // 4))
+        else:
+            out[split] = encode_sequence_task(spec, rows, tokenizer, max_length, spec.labels)
+    if config is not None and getattr(config, "type_vocab_size", 2) < 2:
+        # One segment embedding (RoBERTa, XPT from RoBERTa): a BERT-style tokenizer's segment ids 1 would
+        # index past it, and all-zero ids add nothing, so the model gets none.
+        for features in out.values():
+            for feature in features:
+                feature.pop("token_type_ids", None)
+    return out
+
+
+def collate(features, pad_token_id: int, task_type: str) -> dict[str, torch.Tensor]:
+    """Right-pad to the longest sequence of the batch; token labels pad with -100."""
+    import torch
+
+    length = max(len(f["input_ids"]) for f in features)
+    batch = {}
+    for key, pad in (("input_ids", pad_token_id), ("attention_mask", 0), ("token_type_ids", 0)):
+        if key in features[0]:
+            batch[key] = torch.tensor([f[key] + [pad] * (length - len(f[key])) for f in features], dtype=torch.long)
+    if "input_ids_b" in features[0]:  # a bi-encoder pair: the second sentences padded on their own
+        batch.update(sentence_similarity.pad_second(features, pad_token_id))
+    if task_type == "token":
+        batch["labels"] = torch.tensor([f["labels"] + [-100] * (length - len(f["labels"])) for f in features])
+    elif task_type == "qa":
+        batch["start_positions"] = torch.tensor([f["start_positions"] for f in features])
+        batch["end_positions"] = torch.tensor([f["end_positions"] for f in features])
+    elif task_type == "regression":
+        batch["labels"] = torch.tensor([f["labels"] for f in features], dtype=torch.float)
+    else:
+        batch["labels"] = torch.tensor([f["labels"] for f in features], dtype=torch.long)
+    return batch
+
+
+# --- decoding ------------------------------------------------------------------------------------------------
+def decode_qa(features, outputs, rows, spec: TaskSpec, n_best: int = 20, max_answer_tokens: int = 30) -> list[str]:
+    """Best-scoring valid span (start <= end, both in the context, at most `max_answer_tokens`) per example."""
+    best: dict[int, tuple[float, str]] = {}
+    for feature, (start_logits, end_logits) in zip(features, outputs):
+        offsets = feature["offsets"]
+        length = len(offsets)
+        starts = np.argsort(start_logits[:length])[::-1][:n_best]
+        ends = np.argsort(end_logits[:length])[::-1][:n_best]
+        context = rows[feature["example"]][spec.context_column]
+        for s in starts:
+            for e in ends:
+                if offsets[s] is None or offsets[e] is None or e < s or e - s + 1 > max_answer_tokens:
+                    continue
+                score = float(start_logits[s] + end_logits[e])
+                if feature["example"] not in best or score > best[feature["example"]][0]:
+                    best[feature["example"]] = (score, context[offsets[s][0]:offsets[e][1]])
+    return [best.get(i, (0.0, ""))[1] for i in range(len(rows))]
+
+
+def score(spec: TaskSpec, features, outputs, rows) -> dict[str, float]:
+    names = [spec.metric] + [m for m in spec.extra_metrics if m != spec.metric]
+    if spec.task_type == "regression":
+        predictions = [float(o.reshape(-1)[0]) for o in outputs]
+        references = [float(r[spec.label_column]) for r in rows]
+    elif spec.task_type in ("single", "pair"):
+        predictions = [spec.labels[int(np.argmax(o))] for o in outputs]
+        references = [str(r[spec.label_column]) for r in rows]
+    elif spec.task_type == "token":
+        predictions = []
+        for feature, logits in zip(features, outputs):  # words cut off by truncation are predicted "O"
+            predictions.append([spec.labels[int(np.argmax(logits[p]))] if p is not None else "O"
+                                for p in feature["word_positions"]])
+        references = [list(r[spec.label_column]) for r in rows]
+    else:
+        predictions = decode_qa(features, outputs, rows, spec)
+        references = [list(r[spec.answers_column]["text"]) for r in rows]
+    return metrics_downstream.compute(names, predictions, references)

@@ -1,0 +1,161 @@
+"""The encoder with a task head for fine-tuning: which model code may run, the tokenizer and config
+checked against the task before any weights load, the longest input the model takes, the model with its
+head (`load_model`), and LoRA on it (`apply_lora`).
+"""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from training.tasks import TaskDataError, TaskSpec
+
+HEAD_CLASSES = {"single": "AutoModelForSequenceClassification", "pair": "AutoModelForSequenceClassification",
+                "regression": "AutoModelForSequenceClassification", "token": "AutoModelForTokenClassification",
+                "qa": "AutoModelForQuestionAnswering"}
+LORA_TARGET_NAMES = ("query", "value", "q_proj", "v_proj", "q_lin", "v_lin")
+ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert", "longformer")
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"
+
+
+def written_by_this_package(model: str) -> bool:
+    """A local folder whose remote-code files are byte for byte this package's own: running them runs
+    nothing that importing this package would not."""
+    folder = Path(model)
+    # located, not imported: importing modeling_xpt registers the XPT classes, and loading would then
+    # bypass the folder's own code instead of asking for --trust-remote-code
+    package = Path(importlib.util.find_spec("modeling_xpt").origin).parent
+    names = ("configuration_xpt.py", "modeling_xpt.py")
+    return folder.is_dir() and all((folder / n).is_file() and (folder / n).read_bytes() == (package / n).read_bytes()
+                                   for n in names)
+
+
+def trusts_remote_code(model: str, asked: bool) -> bool:
+    """Custom code runs only where the user asked for it (`--trust-remote-code`), or from folders
+    written by this package (`written_by_this_package`). Hub ids never run code unasked."""
+    return asked or written_by_this_package(model)
+
+
+def load_tokenizer_and_config(model: str, spec: TaskSpec, trust_remote_code: bool = False):
+    """Tokenizer and config of `model`, checked against the task before any weights are loaded."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    hint = "" if trust_remote_code else (" (if you trust the code in that model folder or repo, pass "
+                                         "--trust-remote-code)")
+    try:
+        config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
+    except Exception as error:  # missing folder, unknown model_type, bad JSON, custom code not trusted ...
+        raise TaskDataError(f"cannot read the model config of {model}: {_one_line(error)}"
+                            + (hint if "trust_remote_code" in str(error) else "")) from None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
+    except Exception as error:
+        raise TaskDataError(f"cannot load a tokenizer from {model}: {_one_line(error)}") from None
+    check_head(config, spec, model)
+    check_vocab(tokenizer, config, model)
+    if spec.task_type in ("token", "qa") and not tokenizer.is_fast:
+        raise TaskDataError(f"{spec.task_type} tasks need a fast tokenizer (word ids / offsets); {model} has "
+                            f"{type(tokenizer).__name__}")
+    if tokenizer.pad_token_id is None:
+        raise TaskDataError(f"the tokenizer of {model} has no padding token")
+    return tokenizer, config
+
+
+def check_head(config, spec: TaskSpec, model: str) -> None:
+    """The Auto class for the task type must be able to build a model from this config."""
+    import transformers
+
+    head = HEAD_CLASSES[spec.task_type]
+    auto_map = getattr(config, "auto_map", None) or {}
+    if head in auto_map:
+        return
+    mapping = getattr(getattr(transformers, head), "_model_mapping", None)
+    if mapping is None or type(config) in mapping:
+        return
+    raise TaskDataError(f"{model} (model_type={config.model_type!r}) cannot get a {spec.task_type} head: "
+                        f"{head} has no class for {type(config).__name__}")
+
+
+def check_vocab(tokenizer, config, model: str) -> None:
+    """Every token id the tokenizer can produce must have an embedding row (XPT: exactly one per token)."""
+    vocab_size = getattr(config, "vocab_size", None)
+    if vocab_size is None:
+        return
+    n_tokens = len(tokenizer)
+    if n_tokens > vocab_size or (config.model_type == "xpt" and n_tokens != vocab_size):
+        raise TaskDataError(f"tokenizer/model vocabulary mismatch in {model}: the tokenizer has {n_tokens} tokens "
+                            f"but config.vocab_size is {vocab_size}; use the tokenizer the model was trained with")
+
+
+def max_input_length(requested: int, tokenizer, config) -> int:
+    limit = requested
+    if tokenizer.model_max_length and tokenizer.model_max_length < 1_000_000:
+        limit = min(limit, tokenizer.model_max_length)
+    positions = getattr(config, "max_position_embeddings", None)
+    if positions:
+        offset = getattr(config, "position_offset", None)
+        if offset is None:
+            offset = (config.pad_token_id or 0) + 1 if config.model_type in ROBERTA_LIKE else 0
+        limit = min(limit, positions - offset)
+    return limit
+
+
+def load_model(model: str, spec: TaskSpec, config, labels: list[str] | None, pooling: str | None = None,
+               trust_remote_code: bool = False):
+    import transformers
+
+    auto_cls = getattr(transformers, HEAD_CLASSES[spec.task_type])
+    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
+    if pooling:
+        if getattr(config, "model_type", None) != "xpt":
+            raise TaskDataError(f"--pooling applies to XPT models; {model} is a {config.model_type!r} model "
+                                "(leave --pooling out to use its own head)")
+        kwargs["classifier_pooling"] = pooling
+    if spec.task_type == "regression":  # the one output is named after the score column
+        kwargs.update(num_labels=1, problem_type="regression", id2label={0: spec.label_column},
+                      label2id={spec.label_column: 0})
+    elif spec.task_type in ("single", "pair", "token"):
+        kwargs.update(num_labels=len(labels), id2label=dict(enumerate(labels)),
+                      label2id={label: i for i, label in enumerate(labels)},
+                      problem_type="single_label_classification" if spec.task_type != "token" else None)
+    # A folder that already holds a head of another size (e.g. a fine-tuned 3-way classifier) gets a new one.
+    architectures = getattr(config, "architectures", None) or []
+    head_suffix = HEAD_CLASSES[spec.task_type].removeprefix("AutoModel")
+    if any(a.endswith(head_suffix) for a in architectures) and kwargs.get("num_labels") not in (None, config.num_labels):
+        kwargs["ignore_mismatched_sizes"] = True
+    try:
+        loaded, info = auto_cls.from_pretrained(model, output_loading_info=True, **kwargs)
+    except (ValueError, OSError, RuntimeError, TypeError) as error:
+        raise TaskDataError(f"cannot load {model} with {HEAD_CLASSES[spec.task_type]}: {_one_line(error)}") from None
+    # Weights the checkpoint lacks start random: the task head, and e.g. the pooler of a BERT model saved as
+    # BertForMaskedLM. apply_lora trains and saves them with the adapter, which otherwise could not be reloaded.
+    parameters = dict(loaded.named_parameters())
+    loaded.fresh_parameters = sorted(k for k in info.get("missing_keys") or [] if k in parameters)
+    return loaded
+
+
+def apply_lora(model, spec: TaskSpec, rank: int, alpha: int, dropout: float):
+    """LoRA on the attention query/value projections; the task head, and any encoder module whose weights
+    the checkpoint lacked (`load_model`'s `fresh_parameters`, e.g. a BERT pooler), are trained in full and
+    saved with the adapter (modules_to_save)."""
+    from peft import LoraConfig, TaskType, get_peft_model
+    from torch import nn
+
+    prefix = model.base_model_prefix
+    heads = [name for name, module in model.named_children()
+             if name != prefix and any(True for _ in module.parameters())]
+    heads += sorted({name.rsplit(".", 1)[0] for name in getattr(model, "fresh_parameters", [])
+                     if name.startswith(prefix + ".")})
+    targets = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                      if isinstance(module, nn.Linear) and name.startswith(prefix + ".")
+                      and name.rsplit(".", 1)[-1] in LORA_TARGET_NAMES})
+    if not targets:
+        raise TaskDataError(f"--peft lora: found no attention projections named {LORA_TARGET_NAMES} in the model")
+    task_type = {"token": TaskType.TOKEN_CLS, "qa": TaskType.QUESTION_ANS}.get(spec.task_type, TaskType.SEQ_CLS)
+    config = LoraConfig(task_type=task_type, r=rank, lora_alpha=alpha, lora_dropout=dropout,
+                        target_modules=targets, modules_to_save=heads)
+    return get_peft_model(model, config)
