@@ -160,7 +160,7 @@ def stage_folder(model_dir: Path, stage: Path, *, fmt: str, repo_id: str, regene
     notes = []
     card_kwargs = dict(card_kwargs or {})
     if fmt == "stock":
-        from modeling_xpt.export_stock import main as export_stock
+        from training.export_stock import main as export_stock
 
         info = inspect_folder(model_dir, load_tokenizer=False)
         if info.config.get("model_type") != "xpt" or info.pipeline_tag != "fill-mask":

@@ -5,7 +5,7 @@
     model = from_source("FacebookAI/roberta-base", "runs/tok-ko")   # an XPTForMaskedLM
     stock = to_stock(model)                                          # the same network as a RobertaForMaskedLM
 
-`xpt-convert` (training/convert.py) and `python -m modeling_xpt.export_stock` are the command lines
+`xpt-convert` and `xpt-export-stock` (training/convert.py, training/export_stock.py) are the command lines
 of these two functions. This module is part of the installed package only: saved model folders
 carry the model code (`modeling_xpt.py`, `configuration_xpt.py`), never this file.
 """

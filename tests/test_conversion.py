@@ -136,7 +136,7 @@ def test_weights_that_do_not_fit_the_vocabulary_fail_clearly(source, tok, tmp_pa
         XPTForMaskedLM.from_pretrained(folder)
     with pytest.raises(ValueError, match="vocab_size must equal len\\(tokenizer\\)"):
         check_vocabulary(folder)
-    proc = subprocess.run([sys.executable, "-m", "modeling_xpt.export_stock", str(folder), str(tmp_path / "stock")],
+    proc = subprocess.run([sys.executable, "-m", "training.export_stock", str(folder), str(tmp_path / "stock")],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert proc.returncode == 2 and len(errors) == 1 and "vocab_size must equal len(tokenizer)" in errors[0], proc.stderr
@@ -165,7 +165,7 @@ def test_cli_convert_then_export_stock(source, tok, tmp_path):
     assert convert.returncode == 0, convert.stderr[-2000:]
     report = json.loads(convert.stdout[convert.stdout.index("{"):])
     assert report["copied_tensors"] > 0 and report["layers"] == source.config.num_hidden_layers + 2
-    export = subprocess.run(env_cmd + ["modeling_xpt.export_stock", str(tmp_path / "xpt"), str(tmp_path / "stock")],
+    export = subprocess.run(env_cmd + ["training.export_stock", str(tmp_path / "xpt"), str(tmp_path / "stock")],
                             cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert export.returncode == 0, export.stderr[-2000:]
     config = json.loads((tmp_path / "stock" / "config.json").read_text())

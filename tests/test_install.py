@@ -36,7 +36,7 @@ def installed(tmp_path_factory):
 def test_every_package_and_command_is_installed(installed):
     site, env, tmp = installed
     scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert {target.split(".")[0] for target in scripts.values()} == set(PACKAGES)
+    assert {target.split(".")[0] for target in scripts.values()} == set(PACKAGES) - {"modeling_xpt"}  # the model has none
     for command in scripts:
         assert (site / "bin" / command).is_file(), command
     where = subprocess.run([sys.executable, "-c", "import " + ", ".join(PACKAGES) + "; print("

@@ -60,7 +60,7 @@ def test_export_into_its_own_input_is_refused(inputs, tmp_path):
     assert run("training.convert", "--source", inputs / "source", "--tokenizer", inputs / "tok",
                "--out", model).returncode == 0
     before = (model / "config.json").read_text()
-    refused = run("modeling_xpt.export_stock", model, model)
+    refused = run("training.export_stock", model, model)
     assert refused.returncode == 2 and "overlaps the input" in refused.stderr, refused.stderr
     assert (model / "config.json").read_text() == before
 

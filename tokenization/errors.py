@@ -2,8 +2,8 @@
 
 The one home of that rule for the project's commands (tokenization, training, cards): each command's
 own error type derives from `UserError`, and each `main` reports it with `report_error` (or runs
-under `run_cli`). The model package's command (`python -m modeling_xpt.export_stock`) cannot
-import this folder; `modeling_xpt._cli.run` follows the same rule for it. Nothing here imports more than the standard library, so every module can use it.
+under `run_cli`); the model package has no command of its own. Nothing here imports more than the
+standard library, so every module can use it.
 """
 from __future__ import annotations
 

@@ -468,7 +468,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--overwrite", action="store_true", help="replace the contents of an existing --out folder")
     a = p.parse_args(argv)
-    from modeling_xpt._cli import check_output_folder
+    from tokenization.folders import check_output_folder
 
     try:
         check_output_folder(a.out, overwrite=a.overwrite, reads=[i for i in a.input if not i.startswith("hf:")])

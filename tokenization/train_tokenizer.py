@@ -273,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--overwrite", action="store_true", help="replace the contents of an existing --out folder")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from modeling_xpt._cli import check_output_folder
+    from tokenization.folders import check_output_folder
 
     try:
         check_output_folder(args.out, overwrite=args.overwrite, reads=(args.corpus,))

@@ -205,7 +205,7 @@ def _validate_paths(c: PostTrainConfig) -> None:
 def _refuse_output_over_inputs(c: PostTrainConfig, source: str) -> None:
     """The output folder must not be, contain or lie inside a folder the run reads (the English source,
     the tokenizer, the data): saving would overwrite or mix with them."""
-    from modeling_xpt._cli import overlapping
+    from tokenization.folders import overlapping
 
     for name, value in (("source", source), ("tokenizer", c.tokenizer), ("data", c.data)):
         local = resolve_local(value) if value else None

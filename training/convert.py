@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 import torch
 from transformers import AutoTokenizer
 
 from modeling_xpt import from_source
-from modeling_xpt._cli import check_output_folder, run
 from modeling_xpt.tokenizer_files import recorded_language, save_model_folder
-from tokenization.errors import ConfigError
+from tokenization.errors import ConfigError, UserError, run_cli
+from tokenization.folders import check_output_folder
 from training.inputs import check_source_and_tokenizer
 
 
@@ -51,20 +52,17 @@ def main(argv=None) -> int:
     try:
         source = check_source_and_tokenizer(args.source, args.tokenizer)
     except ConfigError as error:
-        raise ValueError(f"--{error.field}: {error.message}") from None
+        raise UserError(f"--{error.field}: {error.message}") from None
     check_output_folder(args.out, overwrite=args.overwrite, reads=(source, args.tokenizer))
     torch.manual_seed(args.seed)
-    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    model = from_source(
-        source,
-        tokenizer,
-        init=args.init,
-        itl_init=args.itl_init,
-        use_itl_in=not (args.no_itl or args.no_itl_in),
-        use_itl_out=not (args.no_itl or args.no_itl_out),
-        adapter_size=args.adapter_size,
-        scratch=args.scratch,
-    )
+    try:  # the loaders' and the conversion's own errors on a bad source or tokenizer, in one line
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+        model = from_source(source, tokenizer, init=args.init, itl_init=args.itl_init,
+                            use_itl_in=not (args.no_itl or args.no_itl_in),
+                            use_itl_out=not (args.no_itl or args.no_itl_out),
+                            adapter_size=args.adapter_size, scratch=args.scratch)
+    except (ValueError, OSError) as error:
+        raise UserError(" ".join(str(error).split())) from None
     model.config.language = args.language or recorded_language(args.tokenizer)
     save_model_folder(model, tokenizer, args.out)
     report = dict(model.conversion_report, out=args.out, layers=model.config.num_total_layers,
@@ -74,4 +72,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    run(main)
+    sys.exit(run_cli(main))
