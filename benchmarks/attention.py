@@ -36,7 +36,10 @@ import torch
 import torch.nn.functional as F
 
 
-from benchmarks.throughput import rotated
+try:
+    from benchmarks.throughput import rotated
+except ImportError:  # run as `python benchmarks/attention.py`: this folder is the first import path
+    from throughput import rotated
 from training.masked_lm import ThresholdDropout, threshold_eager_attention
 
 

@@ -26,7 +26,10 @@ from pathlib import Path
 
 import torch
 
-from benchmarks import throughput as tp
+try:
+    from benchmarks import throughput as tp
+except ImportError:  # run as `python benchmarks/dropout_cost.py`: this folder is the first import path
+    import throughput as tp
 
 VARIANTS = {  # name: (attention dropout, hidden dropout, mask, attention); None keeps the source's value / the default
     "as-source": (None, None, "threshold", None),
