@@ -35,7 +35,7 @@ def collect(spec: StudySpec, out: Path) -> dict[str, Any]:
                 "method": method, "sentences": size, "model": str(folder.relative_to(out)),
                 "mlm_test": summary.final_metrics, "mlm_split": summary.final_metrics_split,
                 "tokens_seen": summary.tokens_seen, "post_training_wall_s": summary.wall_time_s,
-                "post_training_steps": summary.total_steps, "tasks": {}}
+                "post_training_steps": summary.total_steps, "hardware": summary.hardware, "tasks": {}}
             for name in spec.tasks:
                 results = json.loads((out / "finetune" / folder.name / name / RESULTS_FILE).read_text(encoding="utf-8"))
                 walls = [json.loads(p.read_text())["wall_time_s"]
@@ -128,7 +128,7 @@ def separation(runs: list[dict[str, Any]], task: str) -> dict[str, Any]:
 
 def markdown(report: dict[str, Any], spec: StudySpec) -> str:
     runs = report["runs"]
-    lines = ["# Data-efficiency study", "", spec.description.strip(), ""]
+    lines = ["# Data-efficiency study", "", spec.description.strip(), "", machine_line(runs), ""]
     if report["missing"]:
         lines += [f"**Incomplete: not finished yet: {', '.join(report['missing'])}.**", ""]
     if not runs:
@@ -137,7 +137,9 @@ def markdown(report: dict[str, Any], spec: StudySpec) -> str:
         first = runs[0]["tasks"][task]
         lines += [f"## {task}: {first['metric']} on {first['split']} (mean ± sd over seeds [min, max])", ""]
         lines += method_by_size(runs, spec, lambda t: f"{t['mean']:.1f} ± {t['sd']:.1f} [{t['min']:.1f}, {t['max']:.1f}]", task)
-        lines += ["", f"Data-efficiency factor (XPT vs Scratch): {report['data_efficiency'][task]['text']}.", ""]
+        lines += reference_rows(spec, report["floor"].get(task), report["source"].get(task), "probe")
+        lines += ["", floor_verdict(runs, spec, task, report["floor"].get(task)),
+                  "", f"Data-efficiency factor (XPT vs Scratch): {report['data_efficiency'][task]['text']}.", ""]
         verdicts = report["separation"][task]
         lines.append("XPT above Scratch with disjoint seed ranges: " + (", ".join(
             f"{int(n):,}: {'yes' if v['xpt_above'] and v['ranges_disjoint'] else ('above, ranges overlap' if v['xpt_above'] else 'no')}"
@@ -171,6 +173,54 @@ def method_by_size(runs: list[dict[str, Any]], spec: StudySpec, cell, task: str)
     return lines
 
 
+def reference_rows(spec: StudySpec, floor: dict[str, Any] | None, source: dict[str, Any] | None, kind: str) -> list[str]:
+    """Rows for a method-by-size table: the no-model floor and the English source as it is, the same at
+    every size (they do not post-train). `kind`: "probe" (one score: the floor's, the source's
+    mean-pooled probe), "probes" (mean / first token) or "zero_shot" (cosine without training)."""
+    def row(label: str, text: str | None) -> list[str]:
+        return [f"| {label} | " + " | ".join([text] * len(spec.sizes)) + " |"] if text else []
+
+    floor_text = source_text = None
+    if floor:
+        floor_text = (f"{floor['zero_shot']:.1f}" if floor.get("zero_shot") is not None else None) if kind == "zero_shot" \
+            else f"**{floor['score']:.1f}**"
+    probe = (source or {}).get("probe") or {}
+    if kind == "zero_shot":
+        source_text = f"{source['zero_shot']:.1f}" if source and "zero_shot" in source else None
+    elif kind == "probes":
+        source_text = " / ".join(f"{probe[p]:.1f}" for p in ("mean", "first") if p in probe) or None
+    elif "mean" in probe:
+        source_text = f"{probe['mean']:.1f} (probe)"
+    return row("no-model floor (TF-IDF)", floor_text) + row("English source as it is", source_text)
+
+
+def floor_verdict(runs: list[dict[str, Any]], spec: StudySpec, task: str, floor: dict[str, Any] | None) -> str:
+    """At the largest size: is fine-tuned XPT above the floor with every seed?"""
+    largest = max(spec.sizes)
+    xpt = next((r["tasks"][task] for r in runs if r["method"] == FOCUS and r["sentences"] == largest), None)
+    if not floor or xpt is None:
+        return f"XPT against the floor at {largest:,} sentences: not available (a run has not finished)."
+    scores = xpt["scores"]
+    above = sum(score > floor["score"] for score in scores)
+    verdict = "above with every seed" if above == len(scores) else f"above with {above} of {len(scores)} seeds"
+    seeds = ", ".join(f"{score:.1f}" for score in scores)
+    return (f"XPT fine-tuned at {largest:,} sentences against the no-model floor ({floor['score']:.1f}): "
+            f"{verdict} (seeds {seeds}).")
+
+
+def machine_line(runs: list[dict[str, Any]]) -> str:
+    """Where the post-training ran (device, CPU class or GPU, precision, versions) and the total wall time."""
+    hardware = [r.get("hardware") or {} for r in runs]
+    kinds = sorted({h.get("gpu") or f"CPU class {h.get('cpu_class', '?')}" for h in hardware})
+    precision = sorted({str(h.get("mixed_precision")) for h in hardware})
+    versions = sorted({f"torch {h.get('torch')}, transformers {h.get('transformers')}" for h in hardware})
+    post = sum(r.get("post_training_wall_s") or 0 for r in runs)
+    tuned = sum(t.get("fine_tuning_wall_s") or 0 for r in runs for t in r["tasks"].values())
+    return (f"Machine: {', '.join(kinds)} ({'/'.join(precision)} mixed precision; {'; '.join(versions)}). "
+            f"Wall time: {post / 60:.0f} min of post-training and {tuned / 60:.0f} min of fine-tuning seeds "
+            "(probes, floors and set-up not counted).")
+
+
 def reads_table(runs: list[dict[str, Any]], spec: StudySpec, task: str, floor: dict[str, Any] | None,
                 source: dict[str, Any] | None) -> list[str]:
     """The linear probes by method and size, the cosine without training for STS, and the two references:
@@ -178,9 +228,11 @@ def reads_table(runs: list[dict[str, Any]], spec: StudySpec, task: str, floor: d
     lines = [f"### {task}: linear probes of the frozen encoders (mean-pooled / first token; the same splits)", ""]
     lines += method_by_size(runs, spec, lambda t: " / ".join(f"{t['probe'][p]:.1f}" for p in ("mean", "first")
                                                              if p in t.get("probe", {})) or "not run", task)
+    lines += reference_rows(spec, floor, source, "probes")
     if any("zero_shot" in r["tasks"][task] for r in runs):
         lines += ["", f"{task} without any training: Spearman x 100 of the cosine of mean-pooled states", ""]
         lines += method_by_size(runs, spec, lambda t: f"{t['zero_shot']:.1f}" if "zero_shot" in t else "-", task)
+        lines += reference_rows(spec, floor, source, "zero_shot")
     lines.append("")
     if floor:
         cosine = f"; the cosine of the TF-IDF vectors, no training: {floor['zero_shot']:.1f}" if floor.get("zero_shot") is not None else ""
