@@ -148,17 +148,24 @@ def plot_task(task: str, rows: list[dict[str, Any]], out: Path) -> Path:
         name = Path(row["model"]).name
         ax.axhline(row["mean"], linestyle="--", linewidth=1, color="gray",
                    label=label if name in (label, "-") else f"{label} ({name})")
+    return save_size_plot(fig, ax, sizes, f"{rows[0]['metric']} ({rows[0]['split']})", task, out / f"{task}.png")
+
+
+def save_size_plot(fig, ax, sizes: list[int], ylabel: str, title: str, path: Path) -> Path:
+    """Finish a plot of scores against post-training sentences (log x, one tick per size) and save it."""
+    import matplotlib.pyplot as plt
+
     if sizes:
         ax.set_xscale("log")
         ax.set_xticks(sizes)
         ax.set_xticklabels([_size(s) for s in sizes])
+        ax.minorticks_off()
     ax.set_xlabel("post-training sentences")
-    ax.set_ylabel(f"{rows[0]['metric']} ({rows[0]['split']})")
-    ax.set_title(task)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path = out / f"{task}.png"
     fig.savefig(path)
     plt.close(fig)
     return path

@@ -9,6 +9,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from training.compare import save_size_plot
 from training.run_record import RESULTS_FILE, RecordError, RunRecord
 from training.study import SOURCE_RUN, StudyError, StudySpec, finished, run_name
 
@@ -275,18 +276,6 @@ def plot(report: dict[str, Any], spec: StudySpec, folder: Path) -> list[Path]:
             ax.axhline(source["probe"]["mean"], color="black", linestyle=":", linewidth=1,
                        label="English source, probed")
         first = report["runs"][0]["tasks"][task]
-        ax.set_xscale("log")
-        ax.set_xticks(spec.sizes)
-        ax.set_xticklabels([f"{n / 1000:g}K" if n >= 1000 else str(n) for n in spec.sizes])
-        ax.minorticks_off()
-        ax.set_xlabel("post-training sentences")
-        ax.set_ylabel(f"{first['metric']} ({first['split']})")
-        ax.set_title(f"{task}: mean over seeds, band = seed min-max")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        path = folder / f"{task}.png"
-        fig.savefig(path)
-        plt.close(fig)
-        paths.append(path)
+        paths.append(save_size_plot(fig, ax, spec.sizes, f"{first['metric']} ({first['split']})",
+                                    f"{task}: mean over seeds, band = seed min-max", folder / f"{task}.png"))
     return paths
