@@ -52,6 +52,16 @@ def test_efficiency_factor(xpt, scratch, factor, pair, bounded):
     assert ("(seed ranges disjoint)" if result["seed_ranges_disjoint"] else "(seed ranges overlap)") in result["text"]
 
 
+def test_efficiency_factor_says_when_the_curves_cross():
+    # XPT at 1K beats Scratch at 16K, but Scratch is ahead at 16K: the factor is reported with that caveat
+    result = study_report.efficiency_factor(_runs({"xpt": {1000: 62, 4000: 62, 16000: 58},
+                                                   "scratch": {1000: 59, 4000: 58, 16000: 60}}), "t")
+    assert result["factor"] == 16 and result["xpt_behind_at"] == [16000]
+    assert "below Scratch at the same size at 16,000 sentences" in result["text"]
+    ordered = study_report.efficiency_factor(_runs({"xpt": {1000: 35, 4000: 45}, "scratch": {1000: 20, 4000: 30}}), "t")
+    assert "xpt_behind_at" not in ordered and "below Scratch" not in ordered["text"]
+
+
 def test_efficiency_factor_not_reached_and_on_perplexity():
     runs = _runs({"xpt": {1000: 10, 4000: 11}, "scratch": {1000: 20, 4000: 30}})
     assert study_report.efficiency_factor(runs, "t") == {"factor": None, "text": "not reached within the sizes run"}

@@ -112,6 +112,12 @@ def efficiency_factor(runs: list[dict[str, Any]], task: str | None) -> dict[str,
                     f"matches or beats Scratch at {best['scratch_sentences']:,}")
     if "seed_ranges_disjoint" in best:
         best["text"] += " (seed ranges disjoint)" if best["seed_ranges_disjoint"] else " (seed ranges overlap)"
+    # The factor reads as data efficiency only where XPT is not behind Scratch at the same size.
+    behind = [n for n in sorted(xpt) if n in scratch and _score(xpt[n], task) < _score(scratch[n], task)]
+    if behind:
+        best["xpt_behind_at"] = behind
+        best["text"] += (f"; but XPT is below Scratch at the same size at {', '.join(f'{n:,}' for n in behind)} "
+                         "sentences, so the curves cross and the factor is not a data-efficiency gain")
     return best
 
 
