@@ -82,7 +82,6 @@ import argparse
 import gzip
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -98,6 +97,7 @@ from training.config import PostTrainConfig, PhaseConfig
 from training.step import (
     SpeedSettings,
     cpu_class,
+    cpu_model_name,
     resolve_speed,
     retain_freed_memory,
     training_step,
@@ -469,17 +469,6 @@ def path_settings(args) -> tuple[SpeedSettings, dict[str, Path_]]:
                              if args.compile != "auto" else "auto")
     best = resolve_speed(config, args.device)
     return best, path_table(best)
-
-
-def cpu_model_name() -> str:
-    """The CPU's model name from /proc/cpuinfo (Linux), else what `platform` knows."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def describe_failure(failure: BaseException) -> str:

@@ -112,7 +112,8 @@ def _training(record: RunRecord) -> dict:
 def _hardware(hw: dict) -> dict | None:
     if not hw:
         return None
-    return {"device": hw.get("device"), "gpu": hw.get("gpu"), "processes": _formatted(hw.get("num_processes")),
+    return {"device": hw.get("device"), "gpu": hw.get("gpu"), "cpu": hw.get("cpu"), "cpu_class": hw.get("cpu_class"),
+            "processes": _formatted(hw.get("num_processes")),
             "precision": hw.get("mixed_precision"), "torch": hw.get("torch"), "transformers": hw.get("transformers")}
 
 

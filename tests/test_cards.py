@@ -202,6 +202,15 @@ def test_card_metadata_round_trips_through_huggingface_hub(xpt_dir, tmp_path):
         assert expected in body, expected
 
 
+def test_a_cpu_trained_card_names_the_processor_and_its_class(xpt_dir, tmp_path):
+    folder = copy_folder(xpt_dir, tmp_path / "m")
+    hardware = {"device": "cpu", "cpu": "AMD EPYC 9R14", "cpu_class": "avx512-bf16", "num_processes": 1,
+                "mixed_precision": "bf16", "torch": "2.13.0", "transformers": "5.24.0"}
+    (folder / "training_summary.json").write_text(json.dumps({**SUMMARY, "hardware": hardware}), encoding="utf-8")
+    line = next(x for x in build_card(folder).text.splitlines() if x.startswith("- **Hardware and software**"))
+    assert "CPU AMD EPYC 9R14" in line and "CPU class `avx512-bf16`" in line and "GPU" not in line
+
+
 def test_missing_numbers_are_omitted_not_invented(xpt_dir, tmp_path):
     folder = copy_folder(xpt_dir, tmp_path / "m")
     (folder / "training_summary.json").write_text(json.dumps(

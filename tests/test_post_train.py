@@ -18,6 +18,7 @@ from tests.post_train_helpers import (PHASE1, PYTHON, REUSED_GROUPS, WORDS, chec
                                       reset_accelerate, reused_pairs, run_args, run_inprocess, run_subprocess,
                                       source_weights)
 from training.checkpointing import list_checkpoints
+from training.step import cpu_class, cpu_model_name
 
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # reset Accelerate's per-process state after each test
 
@@ -41,6 +42,7 @@ def test_phase1_trains_only_its_groups_and_phase2_trains_everything(tiny, tmp_pa
     hardware = summary["hardware"]  # the kind of device and the versions, not this machine's details
     assert hardware["device"] == "cpu" and hardware["torch"] and hardware["transformers"]
     assert not {"platform", "cpu_count", "hostname"} & set(hardware)
+    assert (hardware["cpu"], hardware["cpu_class"]) == (cpu_model_name(), cpu_class())  # what the card states
     # trained with eager attention, saved without it: the Auto classes load sdpa
     assert hardware["speed"]["attention"] == "eager"
     assert not [k for k in json.loads((out / "config.json").read_text()) if "attn" in k]

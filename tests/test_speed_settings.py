@@ -6,6 +6,7 @@ update as the default training step.
 """
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 import sys
@@ -63,6 +64,22 @@ def test_speed_settings_auto_and_explicit(monkeypatch):
     assert not kept_off.retain_memory and "retain_cpu_memory=False" in step.describe_speed(kept_off, "cpu")
     with pytest.raises(ConfigError, match="`retain_cpu_memory`"):
         validate_config(config_from_dict({"source": "x", "data": "y", "retain_cpu_memory": "always"}), check_data=False)
+
+
+@pytest.mark.skipif(torch.backends.cpu.get_cpu_capability().lower() not in ("avx2", "avx512"),
+                    reason="needs an x86 CPU that torch dispatches to with AVX2 or AVX512 kernels")
+def test_capping_torch_at_avx2_gives_the_avx2_class_and_its_settings():
+    # ATEN_CPU_CAPABILITY is read when torch loads, so each class is asked in its own process
+    probe = ("import torch; from training.config import PostTrainConfig; from training.step import cpu_class, resolve_speed;"
+             "s = resolve_speed(PostTrainConfig(), 'cpu'); print(cpu_class(), s.mixed_precision, s.compile)")
+    env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+    capped = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, env={**env, "ATEN_CPU_CAPABILITY": "avx2"},
+                            capture_output=True, text=True, check=True).stdout.split()
+    assert capped == ["avx2", "no", "False"]  # fp32 eager, whatever bf16 support the CPU itself has
+    native = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, env=env,
+                            capture_output=True, text=True, check=True).stdout.split()
+    assert native[0].startswith(torch.backends.cpu.get_cpu_capability().lower())
+    assert native[1] == ("bf16" if native[0].startswith("avx512-bf16") else "no") and native[2] == "False"
 
 
 @pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc malloc only")

@@ -26,7 +26,7 @@ from training.config_checks import refuse_changed_resume, resume_changes, valida
 from training.inputs import resolve_local
 from training.mlm_data import check_target_script, load_text_splits
 from training.run_record import LOSS_LOG, SUMMARY_FILE
-from training.step import SpeedSettings, cpu_class, describe_speed, resolve_speed, retain_freed_memory
+from training.step import SpeedSettings, cpu_class, cpu_model_name, describe_speed, resolve_speed, retain_freed_memory
 
 
 def _root_cause(error: BaseException) -> str:
@@ -55,8 +55,8 @@ def get_tokenizer(config: PostTrainConfig, output_dir: Path, splits, source_fam:
 
 
 def hardware(accelerator) -> dict:
-    # What a reader needs to place the figures (kind of device, versions), not this machine's details
-    # (host platform string, core count): the summary travels with the published weights.
+    # What a reader needs to place the figures (the processor or GPU, its class, versions), not this
+    # machine's details (host platform string, core count): the summary travels with the published weights.
     device = str(accelerator.device)
     info = {"device": device, "machine": platform.machine(), "num_processes": accelerator.num_processes,
             "mixed_precision": accelerator.mixed_precision, "torch": torch.__version__,
@@ -64,7 +64,7 @@ def hardware(accelerator) -> dict:
     if torch.cuda.is_available() and device.startswith("cuda"):
         info["gpu"] = torch.cuda.get_device_name(accelerator.device)
     else:
-        info["cpu_class"] = cpu_class()
+        info["cpu"], info["cpu_class"] = cpu_model_name(), cpu_class()
     return info
 
 

@@ -17,6 +17,7 @@ import contextlib
 import ctypes
 import math
 import platform
+from pathlib import Path
 from dataclasses import dataclass
 
 import torch
@@ -29,7 +30,13 @@ import torch
 
 def cpu_has_fast_bf16() -> bool:
     """True on CPUs with native bf16 matmuls (AVX512-BF16 or AMX). Elsewhere (AVX2-only CPUs) oneDNN
-    emulates bf16 and a bf16 matmul is about 100x slower than fp32, so autocast must stay off."""
+    emulates bf16 and a bf16 matmul is about 100x slower than fp32, so autocast must stay off.
+
+    False too where torch dispatches below AVX512 on such a CPU (`ATEN_CPU_CAPABILITY=avx2`), so that
+    one class decides every automatic setting: with `ONEDNN_MAX_CPU_ISA=AVX2` beside it, a bf16 machine
+    then picks and runs what an AVX2-only machine does (how docs/BENCHMARKS.md reproduces that class)."""
+    if not torch.backends.cpu.get_cpu_capability().lower().startswith("avx512"):
+        return False
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     for name in checks:
         probe = getattr(torch.cpu, name, None)
@@ -82,17 +89,28 @@ def cpu_class() -> str:
     return capability
 
 
+def cpu_model_name() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else what `platform` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def resolve_speed(config, device: str) -> SpeedSettings:
     """Concrete settings from the config's speed fields ("auto" or an explicit value).
 
     Defaults, measured per CPU class with benchmarks/throughput.py (MiniLM size, sequence 128,
     batch 16, interleaved rounds; docs/BENCHMARKS.md, "Throughput"):
     - mixed precision: `auto_mixed_precision` (bf16 autocast only where the CPU has native bf16).
-    - compile: on CUDA only. On CPU the eager step was faster on every class measured: AVX512-BF16
-      with bf16 autocast (docs/BENCHMARKS.md) and AVX2 in fp32 (eager 1,159 against compiled 824
-      real tokens/s, medians of 7 rounds on a 2-core AMD EPYC, load average 1.9). AVX512 without
-      native bf16 (fp32) has not been measured; it takes the choice of the closest measured class,
-      AVX2 fp32. Compiling also costs minutes per phase on 2 cores.
+    - compile: on CUDA only. On CPU the eager step was faster on every class measured (2-core AMD
+      EPYC machines, real tokens/s, medians of interleaved rounds): AVX512-BF16 with bf16 autocast
+      (docs/BENCHMARKS.md), AVX512 kernels in fp32 (eager 1,281 against compiled 975), AVX2 in fp32
+      (eager 1,159 against compiled 824). AMX has not been measured; it takes the choice of the
+      closest measured class, AVX512-BF16. Compiling also costs minutes per phase on 2 cores.
     - fused AdamW: on (CPU and CUDA both have the kernel).
     - masked capacity: on whenever compiling (a static LM-head shape avoids recompiles); eager keeps
       the exact-size selection, which costs nothing there.
