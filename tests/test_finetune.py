@@ -72,12 +72,13 @@ def stock_model_dir(root: Path, family: str = "bert") -> Path:
     return root
 
 
-def xpt_model_dir(root: Path, tokenizer, train_sentences: int | None = 1000, method: str = "xpt") -> Path:
+def xpt_model_dir(root: Path, tokenizer, train_sentences: int | None = 1000, method: str = "xpt",
+                  dropout: float = 0.0) -> Path:
     """XPT folder: English-side tiny BERT source (its own vocabulary) + Korean target tokenizer."""
     from modeling_xpt import from_source
 
     source_tokenizer = word_tokenizer("bert", ["the", "a", "is", "of", "and", "to", "in"])
-    source = tiny_source("bert", source_tokenizer, out_dir=root.parent / f"{root.name}-source")
+    source = tiny_source("bert", source_tokenizer, out_dir=root.parent / f"{root.name}-source", dropout=dropout)
     model = from_source(source, tokenizer, scratch=method == "scratch")
     model.save_pretrained(root)
     tokenizer.save_pretrained(root)
@@ -118,8 +119,8 @@ def korean_bert(korean_tokenizer, tmp_path_factory):
     return stock_model_dir_with(korean_tokenizer, tmp_path_factory.mktemp("korean-bert"))
 
 
-def stock_model_dir_with(tokenizer, root: Path, family: str = "bert") -> Path:
-    tiny_source(family, tokenizer, out_dir=root)
+def stock_model_dir_with(tokenizer, root: Path, family: str = "bert", dropout: float = 0.0) -> Path:
+    tiny_source(family, tokenizer, out_dir=root, dropout=dropout)
     return root
 
 
@@ -242,6 +243,35 @@ def test_cli_xpt_folder_on_korsts_writes_results_json(shared_data, korean_tokeni
     assert [r["seed"] for r in results["runs"]] == [0, 1] and all(r["best_epoch"] in (0, 1) for r in results["runs"])
     assert (out / "runs" / "seed_1.json").is_file()
     assert "mean ± std" in result.stdout and "| seed | best epoch | dev | test |" in result.stdout
+
+
+@pytest.mark.parametrize("kind", ["bert", "xpt"])
+@pytest.mark.parametrize("speed_paths", ["auto", "off"])
+def test_speed_paths_on_cpu_follow_post_training(kind, speed_paths, tmp_path, monkeypatch):
+    from training import step
+    from training.masked_lm import THRESHOLD_EAGER, ThresholdDropout
+
+    retained, fused, masks = [], [], []
+    monkeypatch.setattr(step, "retain_freed_memory", lambda: retained.append(1) or True)
+    adamw, keep_mask = torch.optim.AdamW, ThresholdDropout.keep_mask
+    monkeypatch.setattr(torch.optim, "AdamW", lambda *a, **k: fused.append(k.get("fused")) or adamw(*a, **k))
+    monkeypatch.setattr(ThresholdDropout, "keep_mask", lambda self, like: masks.append(like.shape) or keep_mask(self, like))
+    tokenizer = word_tokenizer("bert", KOREAN_WORDS)
+    model_dir = (stock_model_dir_with(tokenizer, tmp_path / "m", dropout=0.1) if kind == "bert"
+                 else xpt_model_dir(tmp_path / "m", tokenizer, dropout=0.1))
+    args = args_for(model_dir, "nsmc", toy_sentiment_dir(tmp_path / "data"), tmp_path / "out", "--epochs", 2,
+                    "--learning-rate", 1e-2, "--speed-paths", speed_paths)
+    spec, splits, tokenizer, config, features = prepared(args)
+    run, model = finetune.train_one_seed(args, spec, config, tokenizer, splits, features, 0, torch.device("cpu"), False)
+    fast = speed_paths == "auto"
+    assert (run["speed_paths"], bool(retained), fused) == (speed_paths, fast, [True if fast else None])
+    # post-training's threshold masks, drawn in training only for an XPT encoder (hidden states and, through
+    # the explicit attention, attention probabilities: 4-d masks)
+    assert bool(masks) == (fast and kind == "xpt") and (not masks or any(len(shape) == 4 for shape in masks))
+    # the model that is scored on test and saved has its own attention and dropout again
+    dropouts = {type(m) for m in model.modules() if isinstance(m, torch.nn.Dropout)}
+    assert model.config._attn_implementation != THRESHOLD_EAGER and dropouts == {torch.nn.Dropout}
+    assert len(run["step_losses"]) > 0 and all(0 < loss < 10 for loss in run["step_losses"])
 
 
 @pytest.mark.parametrize("kind", ["bert", "xpt"])

@@ -116,6 +116,30 @@ def accepted_inputs(model) -> set[str]:
     return {n for n in names if n in parameters}
 
 
+def apply_speed_settings(model, args, device):
+    """Post-training's speed choices for this device, from the same function (`training.step.resolve_speed`),
+    unless `--speed-paths off`: on CPU, freed memory stays in the process (`retain_freed_memory`) and an
+    XPT encoder trains with the explicit fp32 attention and threshold dropout masks (`use_speed_paths`,
+    written and tested for XPT's attention module and mask; other encoders keep their own).
+
+    Returns (whether AdamW is to be fused, a function that puts the model's own attention and dropout
+    back, so that test scores and the saved model compute exactly what a reloaded model computes)."""
+    from training.config import PostTrainConfig
+    from training.masked_lm import use_speed_paths
+    from training.step import resolve_speed, retain_freed_memory
+
+    if args.speed_paths == "off":
+        return False, lambda: None
+    speed = resolve_speed(PostTrainConfig(mixed_precision=args.mixed_precision), device.type)
+    if speed.retain_memory:
+        retain_freed_memory()
+    if getattr(model.config, "model_type", None) != "xpt":
+        return speed.fused_adamw, lambda: None
+    own_attention = model.config._attn_implementation
+    use_speed_paths(model, speed.attention, speed.dropout_mask)
+    return speed.fused_adamw, lambda: use_speed_paths(model, own_attention, "torch")
+
+
 def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, seed: int, device,
                    progress: bool = True) -> tuple[dict[str, Any], Any]:
     """Train from `args.model` with `seed`; keep the best-dev epoch's weights; return (run record, model)."""
@@ -141,7 +165,9 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
     generator = torch.Generator().manual_seed(seed)
     loader = torch.utils.data.DataLoader(features["train"], batch_size=args.batch_size, shuffle=True,
                                          generator=generator, collate_fn=lambda b: collate(b, pad, spec.task_type))
-    optimizer = torch.optim.AdamW(weight_decay_groups(model, args.weight_decay), lr=args.learning_rate)
+    fused, own_paths_back = apply_speed_settings(model, args, device)
+    optimizer = torch.optim.AdamW(weight_decay_groups(model, args.weight_decay), lr=args.learning_rate,
+                                  fused=fused or None)
     total_steps = args.epochs * len(loader)
     # the warmup schedule of post-training: the first step already trains (transformers' starts at 0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -183,13 +209,14 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
             if args.patience and stale >= args.patience:
                 break
     model.load_state_dict(best_state)
+    own_paths_back()
     test = None
     if "test" in features:
         test = evaluate_split(model, spec, features["test"], splits["test"], args, pad, device, accepted)
     run = {"seed": seed, "dev": best_score, "test": test[spec.metric] if test else None, "best_epoch": best_epoch,
            "dev_metrics": best_dev, "test_metrics": test, "epochs": epochs, "step_losses": step_losses,
            "train_examples": len(features["train"]), "wall_time_s": round(time.time() - started, 2),
-           "mixed_precision": args.mixed_precision,
+           "mixed_precision": args.mixed_precision, "speed_paths": args.speed_paths,
            "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
            "total_parameters": sum(p.numel() for p in model.parameters())}
     return run, model

@@ -114,6 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mixed-precision", choices=["auto", "no", "bf16"], default="auto",
                    help="bf16 autocast of forward and backward (weights and AdamW stay fp32); auto: bf16 on CUDA "
                         "with bf16 and on CPUs with native bf16 (AVX512-BF16 or AMX), where it is faster, else no")
+    p.add_argument("--speed-paths", choices=["auto", "off"], default="auto",
+                   help="auto: post-training's speed choices for this device (training.step.resolve_speed): fused "
+                        "AdamW; on CPU also freed memory kept in the process and, for XPT encoders, the explicit "
+                        "fp32 attention with threshold dropout masks (same function, other random draws); off: "
+                        "PyTorch's defaults")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--overwrite-output-dir", action="store_true",
                    help="replace the results of an earlier run with other options in --output-dir")
