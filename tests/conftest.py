@@ -52,6 +52,15 @@ def korean_sentences() -> list[str]:
     return list(KOREAN_SENTENCES)
 
 
+@pytest.fixture(autouse=True)
+def allocator_left_alone(request, monkeypatch):
+    """Fine-tuning in this process would keep freed memory in it for good (`retain_freed_memory`, part
+    of its CPU speed settings); the test process keeps glibc's defaults instead, except in the module
+    that tests that setting itself."""
+    if request.module.__name__ != "tests.test_speed_settings":
+        monkeypatch.setattr("training.step.retain_freed_memory", lambda: False)
+
+
 @pytest.fixture
 def fresh_accelerate_state():
     """Resets Accelerate's process-wide state after the test. Modules that run post-training in this

@@ -66,8 +66,9 @@ def test_speed_settings_auto_and_explicit(monkeypatch):
         validate_config(config_from_dict({"source": "x", "data": "y", "retain_cpu_memory": "always"}), check_data=False)
 
 
-@pytest.mark.skipif(torch.backends.cpu.get_cpu_capability().lower() not in ("avx2", "avx512"),
-                    reason="needs an x86 CPU that torch dispatches to with AVX2 or AVX512 kernels")
+@pytest.mark.skipif(torch.backends.cpu.get_cpu_capability().lower() not in ("avx2", "avx512")
+                    or "ATEN_CPU_CAPABILITY" in os.environ,
+                    reason="needs an x86 CPU that torch dispatches to with AVX2 or AVX512 kernels, uncapped")
 def test_capping_torch_at_avx2_gives_the_avx2_class_and_its_settings():
     # ATEN_CPU_CAPABILITY is read when torch loads, so each class is asked in its own process
     probe = ("import torch; from training.config import PostTrainConfig; from training.step import cpu_class, resolve_speed;"

@@ -116,28 +116,41 @@ def accepted_inputs(model) -> set[str]:
     return {n for n in names if n in parameters}
 
 
-def apply_speed_settings(model, args, device):
+class SpeedPaths:
     """Post-training's speed choices for this device, from the same function (`training.step.resolve_speed`),
-    unless `--speed-paths off`: on CPU, freed memory stays in the process (`retain_freed_memory`) and an
-    XPT encoder trains with the explicit fp32 attention and threshold dropout masks (`use_speed_paths`,
-    written and tested for XPT's attention module and mask; other encoders keep their own).
+    unless `--speed-paths off`: fused AdamW (`fused`); on CPU, freed memory kept in the process
+    (`retain_freed_memory`) and, for an XPT encoder, the explicit fp32 attention with threshold dropout
+    masks while it trains (`use_speed_paths`; written and tested for XPT's attention module and mask,
+    so other encoders keep their own). Dev and test are scored with the model's own attention and
+    dropout (`own`), so that every reported score and the saved model compute what a reloaded model
+    computes."""
 
-    Returns (whether AdamW is to be fused, a function that puts the model's own attention and dropout
-    back, so that test scores and the saved model compute exactly what a reloaded model computes)."""
-    from training.config import PostTrainConfig
-    from training.masked_lm import use_speed_paths
-    from training.step import resolve_speed, retain_freed_memory
+    def __init__(self, model, args, device):
+        from training.config import PostTrainConfig
+        from training.step import resolve_speed, retain_freed_memory
 
-    if args.speed_paths == "off":
-        return False, lambda: None
-    speed = resolve_speed(PostTrainConfig(mixed_precision=args.mixed_precision), device.type)
-    if speed.retain_memory:
-        retain_freed_memory()
-    if getattr(model.config, "model_type", None) != "xpt":
-        return speed.fused_adamw, lambda: None
-    own_attention = model.config._attn_implementation
-    use_speed_paths(model, speed.attention, speed.dropout_mask)
-    return speed.fused_adamw, lambda: use_speed_paths(model, own_attention, "torch")
+        self.model, self.fused, self.training_paths, self.own_attention = model, False, None, None
+        if args.speed_paths == "off":
+            return
+        speed = resolve_speed(PostTrainConfig(mixed_precision=args.mixed_precision), device.type)
+        self.fused = speed.fused_adamw
+        if speed.retain_memory:
+            retain_freed_memory()
+        if getattr(model.config, "model_type", None) == "xpt":
+            self.training_paths = (speed.attention, speed.dropout_mask)
+            self.own_attention = model.config._attn_implementation
+
+    def train(self) -> None:
+        from training.masked_lm import use_speed_paths
+
+        if self.training_paths:
+            use_speed_paths(self.model, *self.training_paths)
+
+    def own(self) -> None:
+        from training.masked_lm import use_speed_paths
+
+        if self.training_paths:
+            use_speed_paths(self.model, self.own_attention, "torch")
 
 
 def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, seed: int, device,
@@ -165,9 +178,9 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
     generator = torch.Generator().manual_seed(seed)
     loader = torch.utils.data.DataLoader(features["train"], batch_size=args.batch_size, shuffle=True,
                                          generator=generator, collate_fn=lambda b: collate(b, pad, spec.task_type))
-    fused, own_paths_back = apply_speed_settings(model, args, device)
+    speed = SpeedPaths(model, args, device)
     optimizer = torch.optim.AdamW(weight_decay_groups(model, args.weight_decay), lr=args.learning_rate,
-                                  fused=fused or None)
+                                  fused=speed.fused or None)
     total_steps = args.epochs * len(loader)
     # the warmup schedule of post-training: the first step already trains (transformers' starts at 0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -183,6 +196,7 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
         epochs.append({"epoch": 0, "train_loss": None, "dev": best_dev})
     for epoch in range(1, args.epochs + 1):
         model.train()
+        speed.train()
         losses = []
         bar = tqdm(loader, desc=f"seed {seed} epoch {epoch}/{args.epochs}", leave=False, disable=not progress)
         for batch in bar:
@@ -197,6 +211,7 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
             losses.append(loss.item())
             bar.set_postfix(loss=f"{losses[-1]:.4f}")
         step_losses.extend(losses)
+        speed.own()
         dev = evaluate_split(model, spec, features["dev"], splits["dev"], args, pad, device, accepted)
         epochs.append({"epoch": epoch, "train_loss": float(np.mean(losses)), "dev": dev})
         if progress:
@@ -209,7 +224,6 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
             if args.patience and stale >= args.patience:
                 break
     model.load_state_dict(best_state)
-    own_paths_back()
     test = None
     if "test" in features:
         test = evaluate_split(model, spec, features["test"], splits["test"], args, pad, device, accepted)

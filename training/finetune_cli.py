@@ -230,7 +230,7 @@ def hyperparameters(args) -> dict[str, Any]:
     return {k: getattr(args, k) for k in ("batch_size", "learning_rate", "epochs", "warmup_ratio", "weight_decay",
                                           "max_length", "patience", "max_train_samples", "max_eval_samples",
                                           "hold_out_test", "lora_r",
-                                          "lora_alpha", "pooling", "pair_encoding")}
+                                          "lora_alpha", "pooling", "pair_encoding", "speed_paths")}
 
 
 def check_reused_folder(args, seeds: list[int]) -> None:

@@ -17,8 +17,8 @@ import contextlib
 import ctypes
 import math
 import platform
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
