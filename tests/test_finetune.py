@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -243,6 +244,28 @@ def test_cli_xpt_folder_on_korsts_writes_results_json(shared_data, korean_tokeni
     assert [r["seed"] for r in results["runs"]] == [0, 1] and all(r["best_epoch"] in (0, 1) for r in results["runs"])
     assert (out / "runs" / "seed_1.json").is_file()
     assert "mean ± std" in result.stdout and "| seed | best epoch | dev | test |" in result.stdout
+
+
+def test_predictions_come_back_in_the_features_order(tmp_path):
+    # predict batches examples of similar length together; each output must still be its own example's
+    tokenizer = word_tokenizer("bert", KOREAN_WORDS)
+    model_dir = xpt_model_dir(tmp_path / "m", tokenizer)
+    spec = spec_from_cli("nsmc")
+    config = task_model.load_tokenizer_and_config(str(model_dir), spec, True)[1]
+    model = task_model.load_model(str(model_dir), spec, config, spec.labels, trust_remote_code=True)
+    texts = [" ".join(KOREAN_WORDS[i:i + n]) for i, n in enumerate((9, 2, 7, 4, 11, 3, 8, 5, 10, 6, 1, 12))]
+    features = [{**dict(tokenizer(text)), "labels": 0} for text in texts]
+    lengths = [len(f["input_ids"]) for f in features]
+    assert lengths != sorted(lengths)  # sorted by length, the examples change order
+    inputs = {"input_ids", "attention_mask", "token_type_ids"}
+    batched = finetune.predict(model, features, 4, tokenizer.pad_token_id, "single", torch.device("cpu"), inputs)
+    with torch.no_grad():  # each example on its own, no padding at all
+        alone = [model.eval()(**{k: torch.tensor([f[k]]) for k in inputs if k in f}).logits[0].numpy()
+                 for f in features]
+    assert len(batched) == len(features)
+    assert all(np.allclose(b, a, rtol=0, atol=1e-6) for b, a in zip(batched, alone))
+    assert not any(np.allclose(alone[i], alone[j], rtol=0, atol=1e-6)  # and the outputs tell the examples apart
+                   for i in range(len(alone)) for j in range(i))
 
 
 @pytest.mark.parametrize("kind", ["bert", "xpt"])

@@ -78,19 +78,21 @@ def predict(model, features, batch_size: int, pad_token_id: int, task_type: str,
     import torch
 
     model.eval()
-    outputs = []
-    for start in range(0, len(features), batch_size):
-        chunk = features[start:start + batch_size]
-        batch = collate(chunk, pad_token_id, task_type)
+    # Batches of similar length, so that little of each batch is padding; outputs in the features' order.
+    order = sorted(range(len(features)), key=lambda i: (len(features[i]["input_ids"]),
+                                                         len(features[i].get("input_ids_b", ()))))
+    outputs = [None] * len(features)
+    for start in range(0, len(order), batch_size):
+        chosen = order[start:start + batch_size]
+        batch = collate([features[i] for i in chosen], pad_token_id, task_type)
         inputs = {k: v.to(device) for k, v in batch.items() if k in accepted}
         with torch.no_grad(), autocast(device, mixed_precision):
             result = model(**inputs)
-        if task_type == "qa":
-            for i in range(len(chunk)):
-                outputs.append((result.start_logits[i].float().cpu().numpy(), result.end_logits[i].float().cpu().numpy()))
-        else:
-            logits = result.logits.float().cpu().numpy()
-            outputs.extend(logits[i] for i in range(len(chunk)))
+        for row, i in enumerate(chosen):
+            if task_type == "qa":
+                outputs[i] = (result.start_logits[row].float().cpu().numpy(), result.end_logits[row].float().cpu().numpy())
+            else:
+                outputs[i] = result.logits[row].float().cpu().numpy()
     return outputs
 
 
