@@ -88,11 +88,14 @@ def predict(model, features, batch_size: int, pad_token_id: int, task_type: str,
         inputs = {k: v.to(device) for k, v in batch.items() if k in accepted}
         with torch.no_grad(), autocast(device, mixed_precision):
             result = model(**inputs)
-        for row, i in enumerate(chosen):
-            if task_type == "qa":
-                outputs[i] = (result.start_logits[row].float().cpu().numpy(), result.end_logits[row].float().cpu().numpy())
-            else:
-                outputs[i] = result.logits[row].float().cpu().numpy()
+        if task_type == "qa":  # one copy to the host per batch, then a row per example
+            starts, ends = result.start_logits.float().cpu().numpy(), result.end_logits.float().cpu().numpy()
+            for row, i in enumerate(chosen):
+                outputs[i] = (starts[row], ends[row])
+        else:
+            logits = result.logits.float().cpu().numpy()
+            for row, i in enumerate(chosen):
+                outputs[i] = logits[row]
     return outputs
 
 
@@ -143,16 +146,16 @@ class SpeedPaths:
             self.own_attention = model.config._attn_implementation
 
     def train(self) -> None:
-        from training.masked_lm import use_speed_paths
-
-        if self.training_paths:
-            use_speed_paths(self.model, *self.training_paths)
+        self._use(self.training_paths)
 
     def own(self) -> None:
+        self._use((self.own_attention, "torch"))
+
+    def _use(self, paths) -> None:
         from training.masked_lm import use_speed_paths
 
-        if self.training_paths:
-            use_speed_paths(self.model, self.own_attention, "torch")
+        if self.training_paths:  # an XPT encoder with the speed settings on; others are never changed
+            use_speed_paths(self.model, *paths)
 
 
 def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, seed: int, device,
