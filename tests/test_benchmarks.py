@@ -239,3 +239,42 @@ def test_the_tiny_vocabulary_is_sized_to_the_texts(shared_data, tmp_path):
     small = tp.parse_args(["--device", "cpu", "--size", "tiny", "--vocab-size", "500"])
     with pytest.raises(SystemExit, match=rf"--vocab-size {chars + 16}"):
         tp.load_tokenizer(small, texts, "bert", tmp_path / "small")
+
+
+def _collate_cli(tmp_path, baseline_tree):
+    from tests.model_factories import word_tokenizer
+    from tests.post_train_helpers import KOREAN_SENTENCES, WORDS
+
+    word_tokenizer("bert", WORDS).save_pretrained(str(tmp_path / "tok"))
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(KOREAN_SENTENCES * 20) + "\n", encoding="utf-8")
+    cmd = [sys.executable, "benchmarks/collate.py", "--tokenizer", str(tmp_path / "tok"), "--data", str(texts),
+           "--num-texts", "400", "--seq-len", "32", "--batch-size", "8", "--rounds", "3", "--step-ms", "5",
+           "--baseline-tree", str(baseline_tree)]
+    return subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_collate_cli_compares_two_trees_on_the_same_batches(tmp_path):
+    """benchmarks/collate.py against this same checkout: the outputs match, one timed row per tree."""
+    proc = _collate_cli(tmp_path, REPO_ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "outputs identical across trees" in proc.stdout
+    rows = re.findall(r"^\| (this tree|baseline) \| ([\d.]+) \| ([\d.]+)-([\d.]+) \| ([\d.]+) \| (\d+) \|$",
+                      proc.stdout, flags=re.M)
+    assert [r[0] for r in rows] == ["this tree", "baseline"], proc.stdout
+    for _, median, lo, hi, per_s, workers in rows:
+        assert float(lo) <= float(median) <= float(hi)
+        assert 1e3 / (float(median) + 0.05) <= float(per_s) <= 1e3 / (float(median) - 0.05)  # median printed to 0.1 ms
+        assert int(workers) >= 1
+
+
+def test_collate_cli_refuses_a_tree_that_collates_differently(tmp_path):
+    """A baseline whose positions are off by one is caught, named and fails the command."""
+    source = (REPO_ROOT / "training" / "mlm_batches.py").read_text(encoding="utf-8")
+    changed = source.replace("+ position_offset\n", "+ position_offset + 1\n")
+    assert changed != source
+    (tmp_path / "other" / "training").mkdir(parents=True)
+    (tmp_path / "other" / "training" / "mlm_batches.py").write_text(changed, encoding="utf-8")
+    proc = _collate_cli(tmp_path, tmp_path / "other")
+    assert proc.returncode != 0
+    assert "baseline collates 'position_ids' differently" in proc.stdout + proc.stderr
