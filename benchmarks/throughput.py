@@ -85,6 +85,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -475,6 +476,20 @@ def describe_failure(failure: BaseException) -> str:
     return f"{type(failure).__name__}: {str(failure).splitlines()[0][:200] if str(failure) else ''}"
 
 
+def exit_with_parent(poll_s: float = 1.0) -> None:
+    """End this path's process once the benchmark's process is gone, even mid-build or mid-compile:
+    killed from outside (`timeout`, `kill`), the benchmark cannot stop its paths itself, and on a GPU
+    each would go on holding its memory."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 def serve_path(args, name: str, conn) -> None:
     """One path in its own process: build it, warm it up, then run what the parent asks, until "stop".
 
@@ -483,6 +498,7 @@ def serve_path(args, name: str, conn) -> None:
     CPU seconds per step, peak memory bytes); ("profile", steps) -> ("ok",) after printing the table to
     stdout; ("stop",) ends it.
     A failure is answered with ("error", description) and ends the process."""
+    exit_with_parent()
     first_step_s, breaks, retained = 0.0, 0, False
     try:
         if args.threads:

@@ -5,10 +5,13 @@ Correctness only (tiny sizes, eager paths, seconds): the speed figures live in d
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -278,3 +281,55 @@ def test_collate_cli_refuses_a_tree_that_collates_differently(tmp_path):
     proc = _collate_cli(tmp_path, tmp_path / "other")
     assert proc.returncode != 0
     assert "baseline collates 'position_ids' differently" in proc.stdout + proc.stderr
+
+
+def _path_processes(parent: int) -> list[int]:
+    """Processes started by `parent` to serve a path (multiprocessing's spawn, not its resource tracker)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == parent and b"spawn_main" in cmdline:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc (Linux)")
+def test_a_path_process_ends_when_the_benchmark_is_killed():
+    """Killed from outside mid-warm-up, the benchmark leaves no path process behind (on a GPU each
+    would hold its memory)."""
+    import signal
+
+    cmd = [sys.executable, "benchmarks/throughput.py", "--device", "cpu", "--size", "tiny", "--rounds", "1",
+           "--steps-per-round", "1", "--warmup", "1000000", "--num-texts", "400", "--compile", "false",
+           "--paths", "xpt-eager"]
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    children = []
+    try:
+        deadline = time.monotonic() + 120
+        while not (children := _path_processes(proc.pid)):
+            assert proc.poll() is None and time.monotonic() < deadline, "no path process started"
+            time.sleep(0.2)
+        time.sleep(2)  # inside its build or warm-up, which never ends by itself
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 20
+        while any(Path(f"/proc/{c}").exists() and "Z" not in _state(c) for c in children):
+            assert time.monotonic() < deadline, f"path processes {children} outlived the benchmark"
+            time.sleep(0.2)
+    finally:
+        for pid in children + ([proc.pid] if proc.poll() is None else []):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:  # already gone
+                pass
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
