@@ -27,7 +27,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 try:
     from benchmarks import throughput as tp
 except ImportError:  # run as `python benchmarks/collate.py`: this folder is the first import path
@@ -67,7 +66,7 @@ def main() -> int:
         rows = build_token_rows({"train": datasets.Dataset.from_dict({"text": texts})}, tokenizer,
                                 max_seq_length=args.seq_len, packing=True, cache_dir=cache,
                                 cache_key={"bench": len(texts)}, log=lambda *_: None)["train"]
-    trees = {"this tree": Path(__file__).resolve().parents[1]}
+    trees = {"this tree": tp.REPO_ROOT}
     if args.baseline_tree:
         trees["baseline"] = args.baseline_tree.resolve()
     modules = {name: load_batches_module(tree, f"mlm_batches_{i}") for i, (name, tree) in enumerate(trees.items())}
