@@ -170,6 +170,26 @@ def test_two_processes_cross_the_phase_boundary_like_one(tiny, tmp_path):
         assert s2["final_metrics"][key] == pytest.approx(s1["final_metrics"][key], rel=1e-4, abs=1e-5)
 
 
+def test_cpu_default_splits_a_large_batch_into_micro_batches_with_the_same_losses(tiny, tmp_path, monkeypatch, capsys):
+    """Without per_device_batch_size a CPU runs at most CPU_MICRO_BATCH_TOKENS tokens per forward pass
+    (lowered here to 2 rows of 32 tokens); the step's gradient is the same token mean as one forward pass."""
+    import training.config
+
+    common = dict(mixed_precision="no", post_training_dropout=0.0, save_steps=100)
+    whole = run_inprocess(run_args(tiny, tmp_path / "whole", per_device_batch_size=8, **common))
+    reset_accelerate()
+    monkeypatch.setattr(training.config, "CPU_MICRO_BATCH_TOKENS", 64)
+    capsys.readouterr()
+    split = run_inprocess(run_args(tiny, tmp_path / "split", **common))
+    assert "8 packed rows x 32 tokens per step = 1 process(es) on cpu x 4 micro-batch(es) of 2 rows (a CPU's default: " \
+        "at most 64 tokens" in capsys.readouterr().out
+    assert (whole["batch"]["per_device_batch_size"], whole["batch"]["gradient_accumulation_steps"]) == (8, 1)
+    assert (split["batch"]["per_device_batch_size"], split["batch"]["gradient_accumulation_steps"]) == (2, 4)
+    np.testing.assert_allclose([x["loss"] for x in losses(tmp_path / "split")],
+                               [x["loss"] for x in losses(tmp_path / "whole")], rtol=1e-5, atol=1e-6)
+    assert split["final_metrics"]["loss"] == pytest.approx(whole["final_metrics"]["loss"], rel=1e-4)
+
+
 # ----------------------------------------------------------------------------------------------
 # Optional word-order prediction (off by default), own tokenizer, push to the Hub
 # ----------------------------------------------------------------------------------------------

@@ -69,6 +69,21 @@ def test_tokenizer_family_must_match_the_source(tiny, tmp_path, capsys):
     assert "`tokenizer`" in err and "'roberta'" in err and "'bert'" in err
 
 
+@pytest.mark.parametrize("rows, length, device, layout", [
+    (256, 128, "cpu", (32, 8)),  # 4,096 tokens per forward pass
+    (256, 128, "cuda", (256, 1)),  # a GPU's default: the whole batch
+    (100, 128, "cpu", (25, 4)),  # the largest divisor of 100 rows with at most 32 rows
+    (32, 64, "cpu", (32, 1)),  # small enough already
+    (8, 8192, "cpu", (1, 8)),  # one row is over the limit: one row per pass
+])
+def test_cpu_default_micro_batch_holds_at_most_4096_tokens(tiny, tmp_path, rows, length, device, layout):
+    config = load_config(run_args(tiny, tmp_path / "o", global_batch_size=rows, max_seq_length=length))
+    assert config.batch_layout(1, device) == layout
+    explicit = load_config(run_args(tiny, tmp_path / "o", global_batch_size=rows, max_seq_length=length,
+                                    per_device_batch_size=rows))
+    assert explicit.batch_layout(1, device) == (rows, 1)  # an explicit micro-batch is kept on a CPU too
+
+
 def test_batch_must_divide_by_world_size_times_accumulation(tiny, tmp_path, capsys, monkeypatch):
     config = load_config(run_args(tiny, tmp_path / "o", global_batch_size=12, per_device_batch_size=4))
     assert config.batch_layout(1) == (4, 3) and config.batch_layout(3) == (4, 1)
@@ -89,7 +104,7 @@ def test_push_to_hub_needs_org_and_name(tiny, tmp_path, capsys):
 def test_shipped_configs_dry_run_offline(name, capsys):
     assert post_train.main(["--config", str(REPO_ROOT / "configs" / f"{name}.yaml"), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "phase1" in out and "phase2" in out and "per-device batch" in out and "dry run" in out
+    assert "phase1" in out and "phase2" in out and "micro-batch(es) of" in out and "dry run" in out
 
 
 def test_help_documents_every_field_with_the_chosen_configs_value(capsys):

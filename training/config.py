@@ -31,6 +31,18 @@ MIXED_PRECISION = ("auto", "no", "fp16", "bf16")
 AUTO_BOOL = ("auto", True, False)
 ATTENTION = ("auto", "sdpa", "eager")
 DROPOUT_MASKS = ("auto", "threshold", "torch")
+# Tokens per forward pass on a CPU when the config does not set the micro-batch. Memory grows with
+# it (peak RSS at MiniLM size, 128-token rows, bf16: 2.1 GiB at 16 rows, 5.1 GiB at 64; a 256-row
+# forward pass passed 16 GB and was killed) while tokens/s barely does (docs/BENCHMARKS.md,
+# "Micro-batch on a CPU").
+CPU_MICRO_BATCH_TOKENS = 4096
+
+
+def cpu_micro_batch(rows: int, row_length: int) -> int:
+    """The largest divisor of `rows` whose micro-batch holds at most `CPU_MICRO_BATCH_TOKENS` tokens
+    (at least 1 row)."""
+    limit = max(1, CPU_MICRO_BATCH_TOKENS // max(1, row_length))
+    return max(d for d in range(1, min(rows, limit) + 1) if rows % d == 0)
 
 
 @dataclass
@@ -120,7 +132,9 @@ class PostTrainConfig:
     lr_schedule: str = arg("linear", "linear | cosine | constant, after the warmup, within each phase")
     early_stopping_patience: int | None = arg(None, "stop a phase after this many evaluations without a better valid loss (None: off)")
     global_batch_size: int = arg(256, "rows per optimiser step, over all processes and accumulation steps")
-    per_device_batch_size: int | None = arg(None, "rows per forward pass per process; None: from gradient_accumulation_steps (default 1)")
+    per_device_batch_size: int | None = arg(None, "rows per forward pass per process; None: from gradient_accumulation_steps, else "
+                                            "the whole per-process batch on a GPU and at most "
+                                            f"{CPU_MICRO_BATCH_TOKENS:,} tokens (rows x max_seq_length) on a CPU")
     gradient_accumulation_steps: int | None = arg(None, "micro-batches per optimiser step; None: derived from world size and per_device_batch_size")
     weight_decay: float = arg(0.01, "AdamW weight decay (not on biases and LayerNorm weights)")
     adam_beta1: float = arg(0.9, "AdamW beta1")
@@ -194,8 +208,14 @@ class PostTrainConfig:
                     phase.steps = steps
         return phases
 
-    def batch_layout(self, world_size: int) -> tuple[int, int]:
-        """(per-device micro-batch, gradient-accumulation steps) for `world_size` processes."""
+    def batch_layout(self, world_size: int, device: str = "cuda") -> tuple[int, int]:
+        """(per-device micro-batch, gradient-accumulation steps) for `world_size` processes on `device`.
+
+        Unless `per_device_batch_size` or `gradient_accumulation_steps` says otherwise, a process's whole
+        share of the batch is one forward pass, except on a CPU: there the micro-batch is the largest
+        divisor of that share with at most `CPU_MICRO_BATCH_TOKENS` tokens (`cpu_micro_batch`). The
+        step's gradient is the same token mean either way (training/post_train.py), so only memory
+        and speed change."""
         g = self.global_batch_size
         if self.gradient_accumulation_steps is not None:
             accumulation = self.gradient_accumulation_steps
@@ -211,6 +231,8 @@ class PostTrainConfig:
         if g % (world_size * micro):
             raise ConfigError("global_batch_size", f"{g} is not divisible by world size x per-device batch = "
                               f"{world_size} x {micro} (accumulation would not be a whole number)")
+        if self.per_device_batch_size is None and device == "cpu":
+            micro = cpu_micro_batch(micro, self.max_seq_length)
         return micro, g // (world_size * micro)
 
     def to_dict(self) -> dict:
@@ -371,9 +393,18 @@ def load_config(argv: list[str] | None = None) -> PostTrainConfig:
     return config_from_dict(raw)
 
 
-def describe_plan(c: PostTrainConfig, world_size: int) -> str:
+def describe_batch(c: PostTrainConfig, world_size: int, device: str) -> str:
+    """The step's rows split over processes and micro-batches, and why, where the CPU default split it."""
+    micro, accumulation = c.batch_layout(world_size, device)
+    why = (f" (a CPU's default: at most {CPU_MICRO_BATCH_TOKENS:,} tokens per forward pass; set per_device_batch_size "
+           "to change it)" if device == "cpu" and c.per_device_batch_size is None
+           and c.gradient_accumulation_steps is None and micro * world_size < c.global_batch_size else "")
+    return (f"{c.global_batch_size} {'packed' if c.packing else 'padded'} rows x {c.max_seq_length} tokens per step = {world_size} process(es) on {device} x "
+            f"{accumulation} micro-batch(es) of {micro} rows{why}")
+
+
+def describe_plan(c: PostTrainConfig, world_size: int, device: str = "cuda") -> str:
     """Human-readable plan: phases, steps, sequences and tokens, batch per device."""
-    micro, accumulation = c.batch_layout(world_size)
     phases = c.resolved_phases()
     total = sum(p.steps for p in phases)
     tokens_per_step = c.global_batch_size * c.max_seq_length
@@ -382,8 +413,7 @@ def describe_plan(c: PostTrainConfig, world_size: int) -> str:
         f"source              {c.source}" + (f" -> {resolve_source(c.source)}" if c.source.startswith("package:") else ""),
         f"tokenizer           {c.tokenizer or f'trained on the train split (vocab {c.tokenizer_vocab_size})'}",
         f"data                {c.data}" + (f" (fallback {c.data_fallback})" if c.data_fallback else ""),
-        f"processes           {world_size}, per-device batch {micro}, gradient accumulation {accumulation}, "
-        f"global batch {c.global_batch_size} x {c.max_seq_length} tokens ({'packed' if c.packing else 'padded'})",
+        f"batch               {describe_batch(c, world_size, device)}",
         f"mixed precision     {c.mixed_precision}",
         "phases:",
     ]

@@ -66,7 +66,7 @@ from modeling_xpt import save_model_folder, set_trainable_groups, trainable_grou
 from modeling_xpt.tokenizer_files import recorded_language
 from tokenization.errors import ConfigError, UserError, report_error
 from training.checkpointing import DiskFull, FolderInUse, folder_lock, read_state, save_checkpoint
-from training.config import PhaseConfig, PostTrainConfig, describe_plan, flat_hparams, load_config
+from training.config import PhaseConfig, PostTrainConfig, describe_batch, describe_plan, flat_hparams, load_config
 from training.config_checks import data_to_read, missing_data, validate_config
 from training.inputs import check_families, resolve_local, resolve_source, source_family
 from training.intrinsic import evaluate, frequency_baseline, init_output_bias, unigram_log_probs
@@ -83,6 +83,7 @@ from training.run_setup import (
     load_splits,
     resume_point,
     start_run,
+    training_device,
     world_size_from_env,
 )
 from training.step import SpeedSettings, build_optimizer, compile_for_training, training_step
@@ -258,7 +259,8 @@ def prepare_run(config: PostTrainConfig, accelerator: Accelerator, speed: SpeedS
                     config.whole_word_masking)
     collate_kwargs = dict(masker=masker, pad_id=tokenizer.pad_token_id, position_offset=position_offset,
                           packing=config.packing)
-    micro, accumulation = config.batch_layout(accelerator.num_processes)
+    micro, accumulation = config.batch_layout(accelerator.num_processes, accelerator.device.type)
+    log("batch: " + describe_batch(config, accelerator.num_processes, accelerator.device.type))
     schedule = BatchSchedule(len(rows["train"]), config.global_batch_size, config.seed,
                              lengths=None if config.packing else [len(x) for x in rows["train"]["input_ids"]])
     micro_batches = TrainMicroBatches(rows["train"], schedule, rank=accelerator.process_index,
@@ -480,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
             world = world_size_from_env()
             validate_config(config, world_size=world, check_data=False)
             if int(os.environ.get("RANK", "0")) == 0:
-                print(describe_plan(config, world))
+                print(describe_plan(config, world, training_device()))
                 if missing_data(config):
                     print(f"note: data {config.data!r} is not on this machine; training needs it (prepare it with "
                           "`python -m tokenization.prepare_corpus --input ... --out ...`)")

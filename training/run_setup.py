@@ -75,6 +75,11 @@ def launched_multi_cpu() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available()
 
 
+def training_device() -> str:
+    """"cuda" where post-training runs on GPUs, else "cpu" (no CUDA, or a multi-process CPU launch)."""
+    return "cuda" if torch.cuda.is_available() and not launched_multi_cpu() else "cpu"
+
+
 def world_size_from_env() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
@@ -89,7 +94,7 @@ def start_run(config: PostTrainConfig) -> tuple[Accelerator, SpeedSettings, list
               "(`pip install tensorboard`); training without it", file=sys.stderr)
         trackers.remove("tensorboard")
     multi_cpu = launched_multi_cpu()
-    speed = resolve_speed(config, "cuda" if torch.cuda.is_available() and not multi_cpu else "cpu")
+    speed = resolve_speed(config, training_device())
     accelerator = Accelerator(mixed_precision=speed.mixed_precision, log_with=trackers or None,
                               project_dir=str(config.output_dir), step_scheduler_with_optimizer=False,
                               cpu=multi_cpu)
