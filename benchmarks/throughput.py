@@ -268,8 +268,8 @@ def stock_batches(texts, tokenizer, args, n: int):
     from transformers import DataCollatorForLanguageModeling
 
     ids: list[int] = []
-    for text in texts:
-        ids += tokenizer(text)["input_ids"]
+    for text in texts:  # whole texts, cut into blocks below: their length is no concern here (run_mlm's warning off)
+        ids += tokenizer(text, verbose=False)["input_ids"]
     t = args.seq_len
     blocks = [ids[i:i + t] for i in range(0, len(ids) - t + 1, t)]
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, return_tensors="pt")
