@@ -399,8 +399,8 @@ def describe_batch(c: PostTrainConfig, world_size: int, device: str) -> str:
     why = (f" (a CPU's default: at most {CPU_MICRO_BATCH_TOKENS:,} tokens per forward pass; set per_device_batch_size "
            "to change it)" if device == "cpu" and c.per_device_batch_size is None
            and c.gradient_accumulation_steps is None and micro * world_size < c.global_batch_size else "")
-    return (f"{c.global_batch_size} {'packed' if c.packing else 'padded'} rows x {c.max_seq_length} tokens per step = {world_size} process(es) on {device} x "
-            f"{accumulation} micro-batch(es) of {micro} rows{why}")
+    rows = f"{c.global_batch_size} {'packed' if c.packing else 'padded'} rows x {c.max_seq_length} tokens per step"
+    return f"{rows} = {world_size} process(es) on {device} x {accumulation} micro-batch(es) of {micro} rows{why}"
 
 
 def describe_plan(c: PostTrainConfig, world_size: int, device: str = "cuda") -> str:
