@@ -132,6 +132,19 @@ def test_bad_specs_are_one_clear_line(tmp_path, content, message):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_resume_refuses_a_changed_spec_but_not_reworded_prose(tmp_path):
+    spec = study.load_spec("tiny", None, [])
+    out = tmp_path / "study"
+    out.mkdir()
+    saved = json.loads(json.dumps(spec.to_dict()))
+    saved["description"] = "the preset's earlier wording"
+    assert study.spec_changes(saved, spec) == {}
+    saved["sizes"] = [*spec.sizes, 10 * spec.sizes[-1]]
+    (out / study.SPEC_FILE).write_text(json.dumps(saved))
+    with pytest.raises(study.StudyError, match=r"another spec .*sizes"):
+        study.run_study(spec, out, resume=True)
+
+
 def test_extra_task_must_be_name_equals_dir():
     with pytest.raises(study.StudyError, match="NAME=DIR"):
         study.load_spec("tiny", None, ["paws-x"])

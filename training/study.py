@@ -392,14 +392,21 @@ def plan(spec: StudySpec) -> str:
     return "\n".join(lines)
 
 
+def spec_changes(saved: dict[str, Any], spec: StudySpec) -> dict[str, tuple[Any, Any]]:
+    """Fields whose value differs between a study folder's saved spec and `spec`, as (saved, now);
+    `description` is prose and changes no run, so a preset whose text was reworded still resumes."""
+    now = json.loads(json.dumps(spec.to_dict()))  # as saved (tuples as lists)
+    return {k: (saved.get(k), now.get(k)) for k in sorted(set(saved) | set(now))
+            if k != "description" and saved.get(k) != now.get(k)}
+
+
 def run_study(spec: StudySpec, out: Path, resume: bool = False) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     saved = out / SPEC_FILE
     if saved.is_file():
         if not resume:
             raise StudyError(f"{out} already holds a study: continue it with --resume, or choose another --out")
-        before, now = json.loads(saved.read_text(encoding="utf-8")), json.loads(json.dumps(spec.to_dict()))
-        changed = {k: (before.get(k), now.get(k)) for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)}
+        changed = spec_changes(json.loads(saved.read_text(encoding="utf-8")), spec)
         if changed:
             listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
             raise StudyError(f"{out} holds a study with another spec ({saved}): {listed}; its finished runs would be "
