@@ -15,7 +15,7 @@ from tests.conftest import REPO_ROOT
 from tests.post_train_helpers import run_args
 from tokenization.errors import ConfigError
 from training import post_train
-from training.config import config_from_dict, load_config
+from training.config import config_from_dict, describe_batch, load_config
 from training.config_checks import validate_config
 
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # reset Accelerate's per-process state after each test
@@ -79,6 +79,7 @@ def test_tokenizer_family_must_match_the_source(tiny, tmp_path, capsys):
 def test_cpu_default_micro_batch_holds_at_most_4096_tokens(tiny, tmp_path, rows, length, device, layout):
     config = load_config(run_args(tiny, tmp_path / "o", global_batch_size=rows, max_seq_length=length))
     assert config.batch_layout(1, device) == layout
+    assert ("a CPU's default" in describe_batch(config, 1, device)) == (layout != (rows, 1))  # said only where it split
     explicit = load_config(run_args(tiny, tmp_path / "o", global_batch_size=rows, max_seq_length=length,
                                     per_device_batch_size=rows))
     assert explicit.batch_layout(1, device) == (rows, 1)  # an explicit micro-batch is kept on a CPU too

@@ -397,8 +397,7 @@ def describe_batch(c: PostTrainConfig, world_size: int, device: str) -> str:
     """The step's rows split over processes and micro-batches, and why, where the CPU default split it."""
     micro, accumulation = c.batch_layout(world_size, device)
     why = (f" (a CPU's default: at most {CPU_MICRO_BATCH_TOKENS:,} tokens per forward pass; set per_device_batch_size "
-           "to change it)" if device == "cpu" and c.per_device_batch_size is None
-           and c.gradient_accumulation_steps is None and micro * world_size < c.global_batch_size else "")
+           "to change it)" if (micro, accumulation) != c.batch_layout(world_size, "cuda") else "")
     rows = f"{c.global_batch_size} {'packed' if c.packing else 'padded'} rows x {c.max_seq_length} tokens per step"
     return f"{rows} = {world_size} process(es) on {device} x {accumulation} micro-batch(es) of {micro} rows{why}"
 
