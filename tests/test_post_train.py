@@ -45,6 +45,7 @@ def test_phase1_trains_only_its_groups_and_phase2_trains_everything(tiny, tmp_pa
     assert (hardware["cpu"], hardware["cpu_class"]) == (cpu_model_name(), cpu_class())  # what the card states
     # trained with eager attention, saved without it: the Auto classes load sdpa
     assert hardware["speed"]["attention"] == "eager"
+    assert hardware["speed"]["num_workers"] == 0  # auto on a CPU: batches built in the training process
     assert not [k for k in json.loads((out / "config.json").read_text()) if "attn" in k]
 
     source = source_weights(tiny["bert"][0])

@@ -1,7 +1,7 @@
 """Speed settings of the training step (training/step.py): how `resolve_speed` resolves mixed precision,
-compile, fused AdamW, the static masked head, attention, dropout masks and retained CPU memory from the
-config and the device; retaining freed memory under glibc malloc and not under another allocator, and
-that it is applied and recorded; the masked head's capacity; and that every setting gives the same
+compile, fused AdamW, the static masked head, attention, dropout masks, retained CPU memory and the
+data-loader workers from the config and the device; retaining freed memory under glibc malloc and not
+under another allocator, and that it is applied and recorded; the masked head's capacity; and that every setting gives the same
 update as the default training step.
 """
 from __future__ import annotations
@@ -64,6 +64,28 @@ def test_speed_settings_auto_and_explicit(monkeypatch):
     assert not kept_off.retain_memory and "retain_cpu_memory=False" in step.describe_speed(kept_off, "cpu")
     with pytest.raises(ConfigError, match="`retain_cpu_memory`"):
         validate_config(config_from_dict({"source": "x", "data": "y", "retain_cpu_memory": "always"}), check_data=False)
+
+
+def test_loader_workers_auto_per_device_and_explicit(monkeypatch):
+    """auto: none on a CPU (workers would share the training threads' cores); on a GPU one per spare core
+    of the process's share, at most 8; an explicit number is kept on either."""
+    from training import step
+    from training.config import PostTrainConfig
+
+    monkeypatch.setattr(step.os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    cpu = step.resolve_speed(PostTrainConfig(), "cpu")
+    assert cpu.loader_workers == 0 and "num_workers=0" in step.describe_speed(cpu, "cpu")
+    assert step.resolve_speed(PostTrainConfig(), "cuda").loader_workers == 8  # 16 cores, one process
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert step.resolve_speed(PostTrainConfig(), "cuda").loader_workers == 3  # 4 cores each, one for the step
+    monkeypatch.setattr(step.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert step.resolve_speed(PostTrainConfig(), "cuda").loader_workers == 0
+    for device in ("cpu", "cuda"):
+        assert step.resolve_speed(PostTrainConfig(num_workers=2), device).loader_workers == 2
+    for bad in (-1, "many", 1.5):
+        with pytest.raises(ConfigError, match="`num_workers`"):
+            validate_config(config_from_dict({"source": "x", "data": "y", "num_workers": bad}), check_data=False)
 
 
 @pytest.mark.skipif(torch.backends.cpu.get_cpu_capability().lower() not in ("avx2", "avx512")

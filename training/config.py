@@ -169,7 +169,9 @@ class PostTrainConfig:
     hub_private: bool = arg(False, "with push_to_hub: create the repo private")
     hub_license: str | None = arg(None, "with push_to_hub: licence id of the weights for the card (default: the English "
                                   "source's known licence; a source without one, or method scratch, needs it)")
-    num_workers: int = arg(0, "data-loader worker processes (0: batches built in the training process)")
+    num_workers: int | str = arg("auto", "data-loader worker processes (0: batches built in the training process); "
+                                 "auto: 0 on a CPU, where workers would share the training threads' cores; on a GPU "
+                                 "one per spare CPU core of the process, at most 8")
     max_steps: int | None = arg(None, "quick runs: scale every phase down so all phases total N steps (each keeps >= 1); train_steps/phase1_steps set the full plan")
     resume: str | None = arg(None, "continue an interrupted run: \"latest\" (the newest complete checkpoint in output_dir) or a checkpoint folder")
     overwrite_output_dir: bool = arg(False, "a fresh run into a folder that holds checkpoints or a summary: delete them first")

@@ -87,7 +87,9 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
                  "adam_epsilon"):
         if getattr(c, name) <= 0:
             raise ConfigError(name, f"must be > 0, got {getattr(c, name)}")
-    for name in ("warmup_steps", "weight_decay", "max_grad_norm", "num_workers", "valid_size", "test_size"):
+    if c.num_workers != "auto" and not (isinstance(c.num_workers, int) and c.num_workers >= 0):
+        raise ConfigError("num_workers", f"{c.num_workers!r}: use auto or a number of processes >= 0")
+    for name in ("warmup_steps", "weight_decay", "max_grad_norm", "valid_size", "test_size"):
         if getattr(c, name) < 0:
             raise ConfigError(name, f"must be >= 0, got {getattr(c, name)}")
     for name in ("per_device_batch_size", "gradient_accumulation_steps", "max_steps", "max_train_sentences",

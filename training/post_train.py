@@ -316,7 +316,7 @@ def run_phase(run: Run, state: RunState, phase_index: int, progress, *, resume_f
         accelerator.load_state(str(resume_from))
     stopped_early = False
     loader = iter(train_loader(run.micro_batches, state.step, state.step + phase.steps - state.phase_step,
-                               num_workers=config.num_workers))
+                               num_workers=run.speed.loader_workers))
     tick, tick_tokens = time.time(), 0
     while state.phase_step < phase.steps:
         step_started = time.time()
@@ -411,7 +411,8 @@ def write_outputs(run: Run, state: RunState) -> RunRecord:
     info = hardware(accelerator)
     info["speed"] = {"compile": run.speed.compile, "fused_adamw": run.speed.fused_adamw,
                      "static_masked_head": run.speed.masked_capacity, "attention": run.speed.attention,
-                     "dropout_mask": run.speed.dropout_mask, "retain_cpu_memory": run.speed.retain_memory}
+                     "dropout_mask": run.speed.dropout_mask, "retain_cpu_memory": run.speed.retain_memory,
+                     "num_workers": run.speed.loader_workers}
     if accelerator.num_processes > 1:  # every rank must hold the same weights (the DDP phase-boundary trap would break this)
         checksum = torch.stack([p.detach().double().sum() for p in model.parameters()]).to(accelerator.device)
         gathered = accelerator.gather(checksum[None]).cpu()

@@ -7,15 +7,16 @@ summed masked-token loss as a device tensor, so a caller that does not log pays 
 
 `resolve_speed(config, device)` turns the config's "auto" speed fields into concrete choices
 (mixed precision, torch.compile, fused AdamW, static masked-head capacity, attention implementation,
-dropout mask, retained CPU memory) per kind of device; `training.masked_lm.use_speed_paths` applies
-two of them to a model, `retain_freed_memory` the last to the process; `describe_speed` is the one
-log line that says what was chosen.
+dropout mask, retained CPU memory, data-loader workers) per kind of device;
+`training.masked_lm.use_speed_paths` applies two of them to a model, `retain_freed_memory` one to the
+process; `describe_speed` is the one log line that says what was chosen.
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import math
+import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,7 @@ class SpeedSettings:
     attention: str = "sdpa"  # sdpa | eager: the attention implementation the model trains with
     dropout_mask: str = "threshold"  # threshold | torch: how dropout draws its masks on CPU (`ThresholdDropout`)
     retain_memory: bool = False  # `retain_freed_memory`: freed blocks stay in the process for reuse
+    loader_workers: int = 0  # data-loader worker processes (0: batches built in the training process)
 
 
 def _auto_bool(value, default: bool) -> bool:
@@ -121,6 +123,7 @@ def resolve_speed(config, device: str) -> SpeedSettings:
       which took a fifth of the bf16 step); it only changes how CPU masks are drawn.
     - retained CPU memory: on CPU (`retain_freed_memory`); on CUDA the tensors live in torch's caching
       allocator already.
+    - data-loader workers: `auto_loader_workers`.
     """
     mixed = config.mixed_precision
     if mixed == "auto":
@@ -134,7 +137,24 @@ def resolve_speed(config, device: str) -> SpeedSettings:
         attention = "sdpa" if cuda else "eager"
     dropout_mask = "threshold" if config.dropout_mask == "auto" else config.dropout_mask
     retain = _auto_bool(config.retain_cpu_memory, not cuda)
-    return SpeedSettings(mixed, compile_on, fused, capacity, attention, dropout_mask, retain)
+    workers = auto_loader_workers(device) if config.num_workers == "auto" else int(config.num_workers)
+    return SpeedSettings(mixed, compile_on, fused, capacity, attention, dropout_mask, retain, workers)
+
+
+def auto_loader_workers(device: str) -> int:
+    """Data-loader worker processes for `num_workers: auto`.
+
+    On a CPU, none: workers run on the cores the training step's threads use. On a 2-core EPYC-bf16,
+    `configs/shared-minilm.yaml` (256 x 128 rows) trained 1.4x slower with its 8 GPU workers than with
+    the batches built in the training process, and held 2.8 GB more (docs/BENCHMARKS.md, "Loader
+    workers on a CPU"); building one 256-row batch takes about 25 ms against a step of about 15 s.
+    On a GPU, one per spare core of this process's share of the machine, at most 8: the H200 run of
+    that config kept its GPU fed with 8 (16 cores, one process), the only GPU figure measured."""
+    if not device.startswith("cuda"):
+        return 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    processes_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    return max(0, min(8, cores // max(1, processes_here) - 1))
 
 
 # glibc's mallopt parameters (malloc.h)
@@ -178,9 +198,9 @@ def describe_speed(settings: SpeedSettings, device: str) -> str:
     return (f"speed settings on {where}: mixed_precision={settings.mixed_precision} "
             f"compile={'inductor' if settings.compile else 'off'} fused_adamw={settings.fused_adamw} "
             f"static_masked_head={settings.masked_capacity} attention={settings.attention} "
-            f"dropout_mask={settings.dropout_mask} retain_cpu_memory={settings.retain_memory} (config fields "
-            "mixed_precision, compile, fused_adamw, static_masked_head, attn_implementation, dropout_mask, "
-            "retain_cpu_memory)")
+            f"dropout_mask={settings.dropout_mask} retain_cpu_memory={settings.retain_memory} "
+            f"num_workers={settings.loader_workers} (config fields mixed_precision, compile, fused_adamw, "
+            "static_masked_head, attn_implementation, dropout_mask, retain_cpu_memory, num_workers)")
 
 
 def weight_decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
