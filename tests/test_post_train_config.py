@@ -17,6 +17,7 @@ from tokenization.errors import ConfigError
 from training import post_train
 from training.config import config_from_dict, describe_batch, load_config
 from training.config_checks import validate_config
+from training.step import cpu_class
 
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # reset Accelerate's per-process state after each test
 
@@ -106,6 +107,7 @@ def test_shipped_configs_dry_run_offline(name, capsys):
     assert post_train.main(["--config", str(REPO_ROOT / "configs" / f"{name}.yaml"), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "phase1" in out and "phase2" in out and "micro-batch(es) of" in out and "dry run" in out
+    assert f"speed settings on cpu ({cpu_class()}" in out and "num_workers=0" in out  # what `auto` resolves to here
 
 
 def test_help_documents_every_field_with_the_chosen_configs_value(capsys):

@@ -415,7 +415,6 @@ def describe_plan(c: PostTrainConfig, world_size: int, device: str = "cuda") -> 
         f"tokenizer           {c.tokenizer or f'trained on the train split (vocab {c.tokenizer_vocab_size})'}",
         f"data                {c.data}" + (f" (fallback {c.data_fallback})" if c.data_fallback else ""),
         f"batch               {describe_batch(c, world_size, device)}",
-        f"mixed precision     {c.mixed_precision}",
         "phases:",
     ]
     head_note = ""

@@ -86,7 +86,14 @@ from training.run_setup import (
     training_device,
     world_size_from_env,
 )
-from training.step import SpeedSettings, build_optimizer, compile_for_training, training_step
+from training.step import (
+    SpeedSettings,
+    build_optimizer,
+    compile_for_training,
+    describe_speed,
+    resolve_speed,
+    training_step,
+)
 
 
 def _logged_step(line: str) -> int | None:
@@ -483,7 +490,9 @@ def main(argv: list[str] | None = None) -> int:
             world = world_size_from_env()
             validate_config(config, world_size=world, check_data=False)
             if int(os.environ.get("RANK", "0")) == 0:
-                print(describe_plan(config, world, training_device()))
+                device = training_device()
+                print(describe_plan(config, world, device))
+                print(describe_speed(resolve_speed(config, device), device))
                 if missing_data(config):
                     print(f"note: data {config.data!r} is not on this machine; training needs it (prepare it with "
                           "`python -m tokenization.prepare_corpus --input ... --out ...`)")
