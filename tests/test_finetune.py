@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import csv
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -662,6 +663,8 @@ def bad_input_case(case: str, tmp_path: Path) -> list[str]:
     elif case == "push without a known licence":  # the English source "tiny-bert" has no recorded licence
         model = xpt_model_dir(tmp_path / "xpt", word_tokenizer("bert", KOREAN_WORDS))
         task += ["--push-to-hub", "org/x", "--push-dry-run"]
+    elif case == "sts loss without the bi-encoder":
+        task += ["--sts-loss", "cosent"]
     elif case == "card options without a push":
         task += ["--license", "mit"]
     elif case == "output folder would replace the model":
@@ -687,6 +690,7 @@ BAD_INPUT = {
     "push without a known licence": "source 'tiny-bert' has no recorded licence): pass --license ID",
     "output folder would replace the model": "which is or holds --model",
     "card options without a push": "--license goes with --push-to-hub ORG/NAME",
+    "sts loss without the bi-encoder": "--sts-loss cosent trains the STS bi-encoder (--pair-encoding bi); nsmc is not",
 }
 
 
@@ -807,8 +811,10 @@ def test_roberta_source_xpt_with_bert_style_tokenizer_gets_no_segment_ids(tmp_pa
     assert json.loads((tmp_path / "out" / "results.json").read_text())["split"] == "dev"
 
 
-def test_regression_learns_a_toy_sts(tmp_path):
-    """Predictions stay aligned with their references: a tiny model fits a toy STS (score = shared words)."""
+@pytest.mark.parametrize("sts_loss", ["mse", "cosent"])
+def test_regression_learns_a_toy_sts(sts_loss, tmp_path):
+    """Predictions stay aligned with their references: a tiny bi-encoder fits a toy STS (score = shared
+    words) with either loss, and the run records which."""
     tokenizer = word_tokenizer("bert", KOREAN_WORDS)
     model_dir = stock_model_dir_with(tokenizer, tmp_path / "m")
     gen = torch.Generator().manual_seed(0)
@@ -823,9 +829,25 @@ def test_regression_learns_a_toy_sts(tmp_path):
         write_tsv(tmp_path / "d" / f"{split}.tsv", ["sentence1", "sentence2", "score"], rows)
     assert finetune.main(["--model", str(model_dir), "--task", "korsts", "--data-dir", str(tmp_path / "d"),
                           "--output-dir", str(tmp_path / "o"),
-                          *quick("--epochs", 15, "--learning-rate", 3e-3, "--batch-size", 8)]) == 0
+                          "--sts-loss", sts_loss, *quick("--epochs", 15, "--learning-rate", 3e-3, "--batch-size", 8)]) == 0
     results = json.loads((tmp_path / "o" / "results.json").read_text())
     assert results["metric"] == "spearman" and results["mean"] > 40.0, results
+    assert results["hyperparameters"]["sts_loss"] == sts_loss
+
+
+def test_cosent_loss_is_the_sum_over_ordered_pairs_of_pairs():
+    """CoSENT: log(1 + sum over (i, j) with score_i < score_j of exp(20 (cos_i - cos_j))), written out
+    pair by pair; nothing to order (equal scores) gives 0, and cosines in the scores' order cost less."""
+    from training.sentence_similarity import cosent_loss
+
+    cosine = torch.tensor([0.9, 0.1, 0.5, 0.5, -0.2], dtype=torch.float64)
+    labels = torch.tensor([4.0, 1.0, 2.5, 2.5, 0.0], dtype=torch.float64)
+    terms = [math.exp(20 * (cosine[i] - cosine[j]).item()) for i in range(5) for j in range(5) if labels[i] < labels[j]]
+    assert len(terms) == 9  # ten pairs of pairs, one of them tied
+    assert cosent_loss(cosine, labels).item() == pytest.approx(math.log1p(sum(terms)), rel=1e-12)
+    assert cosent_loss(cosine, torch.full((5,), 3.0, dtype=torch.float64)).item() == 0.0
+    in_order = cosent_loss(labels / 4, labels)
+    assert in_order < cosent_loss(-labels / 4, labels) and in_order < cosent_loss(cosine.flip(0), labels)
 
 
 def test_bf16_autocast_learns_like_fp32(tmp_path):

@@ -172,7 +172,8 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
         from transformers import AutoModel
 
         model = sentence_similarity.CosineSimilarityRegressor(
-            AutoModel.from_pretrained(args.model, trust_remote_code=args.trust_remote_code), spec.label_range or (0.0, 1.0))
+            AutoModel.from_pretrained(args.model, trust_remote_code=args.trust_remote_code), spec.label_range or (0.0, 1.0),
+            loss=args.sts_loss)
     else:
         model = load_model(args.model, spec, config, spec.labels, args.pooling, args.trust_remote_code)
     accepted = accepted_inputs(model)

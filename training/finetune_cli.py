@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from training import metrics_downstream
+from training import metrics_downstream, sentence_similarity
 from training.finetuned_model import SAVE_CHOICES
 from training.publishing import publisher
 from training.run_record import RESULTS_FILE
@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "head; bi = the cosine of the two mean-pooled sentence vectors, trained with MSE "
                         "(training/sentence_similarity.py; the saved model/ is the encoder); auto: bi for "
                         "sentence-pair regression unless --peft, --pooling or --push-to-hub is given, else cross")
+    p.add_argument("--sts-loss", choices=list(sentence_similarity.LOSSES), default="mse",
+                   help="with --pair-encoding bi: mse = the cosine regressed on the score scaled to [0, 1]; cosent = "
+                        "only the order of the cosines within a batch (CoSENT)")
     p.add_argument("--pooling", choices=["first", "mean"],
                    help="what an XPT sentence head reads: the first token or the mean over tokens "
                         "(default: the model's classifier_pooling, 'first' unless set)")
@@ -190,6 +193,9 @@ def resolve_pair_encoding(args, spec: TaskSpec) -> None:
         classifier = any((args.peft, args.pooling, args.push_to_hub))
         args.pair_encoding = "bi" if sentence_pair_regression(spec) and not classifier else "cross"
     if args.pair_encoding != "bi":
+        if args.sts_loss != "mse":
+            raise TaskDataError(f"--sts-loss {args.sts_loss} trains the STS bi-encoder (--pair-encoding bi); "
+                                f"{spec.name} is not fine-tuned as one here: drop --sts-loss")
         return
     if not sentence_pair_regression(spec):
         raise TaskDataError(f"--pair-encoding bi fine-tunes sentence-pair regression (STS) tasks; {spec.name} is a "
@@ -230,7 +236,7 @@ def hyperparameters(args) -> dict[str, Any]:
     return {k: getattr(args, k) for k in ("batch_size", "learning_rate", "epochs", "warmup_ratio", "weight_decay",
                                           "max_length", "patience", "max_train_samples", "max_eval_samples",
                                           "hold_out_test", "lora_r",
-                                          "lora_alpha", "pooling", "pair_encoding", "speed_paths")}
+                                          "lora_alpha", "pooling", "pair_encoding", "sts_loss", "speed_paths")}
 
 
 def check_reused_folder(args, seeds: list[int]) -> None:

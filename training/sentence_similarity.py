@@ -10,7 +10,13 @@ trains it directly (Reimers and Gurevych 2019, Sentence-BERT; sentence-transform
     prediction = low + (high - low) * cos(u, v)
     loss = MSE(cos(u, v), (score - low) / (high - low))
 
-so before the first step its dev Spearman is the zero-shot cosine's. Written here because
+so before the first step its dev Spearman is the zero-shot cosine's. With `loss="cosent"` (CoSENT,
+Su 2022; sentence-transformers' `CoSENTLoss`) it trains only the order of the cosines within a
+batch, which is what Spearman scores, instead of their values:
+
+    loss = log(1 + sum over pairs of pairs (i, j) with score_i < score_j of exp(20 (cos_i - cos_j)))
+
+Written here because
 sentence-transformers is not a dependency of this package and the module is a dozen lines; the
 encoder is any `AutoModel` (XPT or stock), and `save_pretrained` saves that encoder, which
 `AutoModel.from_pretrained` loads as a sentence encoder (mean pooling).
@@ -32,14 +38,32 @@ def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
 
 
-class CosineSimilarityRegressor(torch.nn.Module):
-    """The bi-encoder above around `encoder`; `label_range` is the task's (low, high) score range."""
+LOSSES = ("mse", "cosent")
+COSENT_SCALE = 20.0  # CoSENT's and sentence-transformers' scale
 
-    def __init__(self, encoder: torch.nn.Module, label_range: tuple[float, float]):
+
+def cosent_loss(cosine: torch.Tensor, labels: torch.Tensor, scale: float = COSENT_SCALE) -> torch.Tensor:
+    """CoSENT over a batch (the formula above): every pair of pairs whose gold scores are ordered
+    adds a term that grows as their cosines take the opposite order; log(1 + ...) as a logsumexp
+    with a zero term. Ties and a batch with one score contribute nothing (loss log 1 = 0)."""
+    gap = scale * (cosine[:, None] - cosine[None, :])  # gap[i, j] = scale * (cos_i - cos_j)
+    ordered = labels[:, None] < labels[None, :]
+    terms = gap.masked_select(ordered)
+    return torch.logsumexp(torch.cat([terms.new_zeros(1), terms]), dim=0)
+
+
+class CosineSimilarityRegressor(torch.nn.Module):
+    """The bi-encoder above around `encoder`; `label_range` is the task's (low, high) score range;
+    `loss` "mse" (the score's place in the range) or "cosent" (the order of the scores)."""
+
+    def __init__(self, encoder: torch.nn.Module, label_range: tuple[float, float], loss: str = "mse"):
         super().__init__()
+        if loss not in LOSSES:
+            raise ValueError(f"loss {loss!r} is not one of {LOSSES}")
         self.encoder = encoder
         self.config = encoder.config
         self.low, self.high = float(label_range[0]), float(label_range[1])
+        self.loss = loss
 
     def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
@@ -49,7 +73,9 @@ class CosineSimilarityRegressor(torch.nn.Module):
         cosine = torch.nn.functional.cosine_similarity(self.embed(input_ids, attention_mask).float(),
                                                        self.embed(input_ids_b, attention_mask_b).float())
         loss = None
-        if labels is not None:
+        if labels is not None and self.loss == "cosent":
+            loss = cosent_loss(cosine, labels.float())
+        elif labels is not None:
             target = (labels.float() - self.low) / (self.high - self.low)
             loss = torch.nn.functional.mse_loss(cosine, target)
         # the prediction rounded as training/linear_reads.py rounds cosines: identical sentences tie exactly
