@@ -240,8 +240,8 @@ def test_cli_xpt_folder_on_korsts_writes_results_json(shared_data, korean_tokeni
     assert results["mean"] == pytest.approx(sum(results["scores"]) / 2)
     assert results["std"] == pytest.approx(abs(results["scores"][0] - results["scores"][1]) / 2 ** 0.5)
     assert results["post_training"]["method"] == "xpt" and results["post_training"]["train_sentences"] == 4321
-    # STS: `--pair-encoding auto` is the bi-encoder, whose epoch 0 (the zero-shot cosine) counts on dev
-    assert results["hyperparameters"]["pair_encoding"] == "bi"
+    # STS: `--pair-encoding auto` is the bi-encoder (CoSENT by default), whose epoch 0 (the zero-shot cosine) counts on dev
+    assert results["hyperparameters"]["pair_encoding"] == "bi" and results["hyperparameters"]["sts_loss"] == "cosent"
     assert [r["seed"] for r in results["runs"]] == [0, 1] and all(r["best_epoch"] in (0, 1) for r in results["runs"])
     assert (out / "runs" / "seed_1.json").is_file()
     assert "mean ± std" in result.stdout and "| seed | best epoch | dev | test |" in result.stdout
@@ -664,7 +664,7 @@ def bad_input_case(case: str, tmp_path: Path) -> list[str]:
         model = xpt_model_dir(tmp_path / "xpt", word_tokenizer("bert", KOREAN_WORDS))
         task += ["--push-to-hub", "org/x", "--push-dry-run"]
     elif case == "sts loss without the bi-encoder":
-        task += ["--sts-loss", "cosent"]
+        task += ["--sts-loss", "mse"]
     elif case == "card options without a push":
         task += ["--license", "mit"]
     elif case == "output folder would replace the model":
@@ -690,7 +690,7 @@ BAD_INPUT = {
     "push without a known licence": "source 'tiny-bert' has no recorded licence): pass --license ID",
     "output folder would replace the model": "which is or holds --model",
     "card options without a push": "--license goes with --push-to-hub ORG/NAME",
-    "sts loss without the bi-encoder": "--sts-loss cosent trains the STS bi-encoder (--pair-encoding bi); nsmc is not",
+    "sts loss without the bi-encoder": "--sts-loss mse trains the STS bi-encoder (--pair-encoding bi); nsmc is not",
 }
 
 

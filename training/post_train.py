@@ -66,8 +66,8 @@ from modeling_xpt import save_model_folder, set_trainable_groups, trainable_grou
 from modeling_xpt.tokenizer_files import recorded_language
 from tokenization.errors import ConfigError, UserError, report_error
 from training.checkpointing import DiskFull, FolderInUse, folder_lock, read_state, save_checkpoint
-from training.config import PhaseConfig, PostTrainConfig, describe_batch, describe_plan, flat_hparams, load_config
-from training.config_checks import data_to_read, missing_data, validate_config
+from training.config import PhaseConfig, PostTrainConfig, describe_batch, flat_hparams, load_config
+from training.config_checks import data_to_read
 from training.inputs import check_families, resolve_local, resolve_source, source_family
 from training.intrinsic import evaluate, frequency_baseline, init_output_bias, unigram_log_probs
 from training.masked_lm import MaskedLMTraining, set_dropout, use_speed_paths
@@ -78,22 +78,14 @@ from training.run_record import LOSS_LOG, SUMMARY_FILE, BatchRecord, DataRecord,
 from training.run_setup import (
     check_resumed_settings,
     claim_output_dir,
+    dry_run,
     get_tokenizer,
     hardware,
     load_splits,
     resume_point,
     start_run,
-    training_device,
-    world_size_from_env,
 )
-from training.step import (
-    SpeedSettings,
-    build_optimizer,
-    compile_for_training,
-    describe_speed,
-    resolve_speed,
-    training_step,
-)
+from training.step import SpeedSettings, build_optimizer, compile_for_training, training_step
 
 
 def _logged_step(line: str) -> int | None:
@@ -487,16 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(argv)
         if config.dry_run:
-            world = world_size_from_env()
-            validate_config(config, world_size=world, check_data=False)
-            if int(os.environ.get("RANK", "0")) == 0:
-                device = training_device()
-                print(describe_plan(config, world, device))
-                print(describe_speed(resolve_speed(config, device), device))
-                if missing_data(config):
-                    print(f"note: data {config.data!r} is not on this machine; training needs it (prepare it with "
-                          "`python -m tokenization.prepare_corpus --input ... --out ...`)")
-                print("dry run: configuration valid; nothing downloaded, nothing trained")
+            dry_run(config)
             return 0
         train(config)
     except UserError as error:

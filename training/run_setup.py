@@ -21,8 +21,8 @@ from transformers import AutoTokenizer
 from tokenization.errors import ConfigError
 from tokenization.train_tokenizer import train_tokenizer
 from training.checkpointing import checkpoint_problem, latest_checkpoint, latest_usable_checkpoint, list_checkpoints
-from training.config import PostTrainConfig
-from training.config_checks import refuse_changed_resume, resume_changes, validate_config
+from training.config import PostTrainConfig, describe_plan
+from training.config_checks import missing_data, refuse_changed_resume, resume_changes, validate_config
 from training.inputs import resolve_local
 from training.mlm_data import check_target_script, load_text_splits
 from training.run_record import LOSS_LOG, SUMMARY_FILE
@@ -82,6 +82,22 @@ def training_device() -> str:
 
 def world_size_from_env() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def dry_run(config: PostTrainConfig) -> None:
+    """`--dry-run`: the config checked for this launch without reading data, then (on the first process)
+    the plan and the speed settings `auto` picks on this machine; nothing is downloaded or trained."""
+    world = world_size_from_env()
+    validate_config(config, world_size=world, check_data=False)
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    device = training_device()
+    print(describe_plan(config, world, device))
+    print(describe_speed(resolve_speed(config, device), device))
+    if missing_data(config):
+        print(f"note: data {config.data!r} is not on this machine; training needs it (prepare it with "
+              "`python -m tokenization.prepare_corpus --input ... --out ...`)")
+    print("dry run: configuration valid; nothing downloaded, nothing trained")
 
 
 def start_run(config: PostTrainConfig) -> tuple[Accelerator, SpeedSettings, list[str]]:
