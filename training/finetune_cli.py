@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sts-loss", choices=list(sentence_similarity.LOSSES), default="cosent",
                    help="with --pair-encoding bi: cosent = the order of the cosines within a batch (CoSENT); mse = "
                         "the cosine regressed on the score scaled to [0, 1]. On KorSTS cosent scored 68.1 against "
-                        "67.0 for mse on test, 3 seeds each (docs/BENCHMARKS.md)")
+                        "67.0 for mse on test, 3 seeds each of one encoder (docs/BENCHMARKS.md)")
     p.add_argument("--pooling", choices=["first", "mean"],
                    help="what an XPT sentence head reads: the first token or the mean over tokens "
                         "(default: the model's classifier_pooling, 'first' unless set)")
