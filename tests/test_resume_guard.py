@@ -112,6 +112,22 @@ def test_a_finetuning_folder_reused_with_other_options_is_refused(tmp_path, caps
     assert sorted(p.name for p in (out / "runs").iterdir()) == ["seed_0.json"]  # no seed of the earlier run left
 
 
+def test_a_bi_encoder_folder_from_before_the_sts_loss_option_counts_as_mse(tmp_path):
+    """Results written before `--sts-loss` existed came from the MSE bi-encoder: reusing the folder with
+    the CoSENT default is refused as another option, with --sts-loss mse it is the same run."""
+    from training import finetune_cli
+    from training.tasks import TaskDataError
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text(json.dumps({"task": "korsts", "seeds": [0],
+                                                  "hyperparameters": {"pair_encoding": "bi"}}))
+    argv = ["--model", "m", "--task", "korsts", "--output-dir", str(out), "--pair-encoding", "bi", "--seeds", "1"]
+    with pytest.raises(TaskDataError, match="sts_loss 'mse' -> 'cosent'"):
+        finetune_cli.check_reused_folder(finetune_cli.build_parser().parse_args(argv), [0])
+    finetune_cli.check_reused_folder(finetune_cli.build_parser().parse_args(argv + ["--sts-loss", "mse"]), [0])
+
+
 def test_a_study_resumed_with_another_spec_is_refused_naming_the_fields(tmp_path):
     from training import study
 

@@ -253,6 +253,8 @@ def check_reused_folder(args, seeds: list[int]) -> None:
     now = {"model": str(args.model), "task": args.task, "mode": args.mode, "seeds": seeds, "peft": args.peft,
            "data_seed": args.data_seed, **hyperparameters(args)}
     was = {"mode": "finetune", **before, **(before.get("hyperparameters") or {})}
+    if was.get("pair_encoding") == "bi":
+        was.setdefault("sts_loss", "mse")  # results from before --sts-loss: the bi-encoder trained with MSE
     changed = {k: (was.get(k), v) for k, v in now.items() if k in was and was.get(k) != v and
                not (k == "seeds" and now["mode"] == "probe")}
     if changed and not args.overwrite_output_dir:
