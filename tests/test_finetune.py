@@ -667,9 +667,11 @@ def bad_input_case(case: str, tmp_path: Path) -> list[str]:
         task += ["--sts-loss", "mse"]
     elif case == "card options without a push":
         task += ["--license", "mit"]
+    elif case in ("seed count of zero", "seeds that are not numbers"):
+        task += ["--seeds", "0" if case == "seed count of zero" else "one,two"]
     elif case == "output folder would replace the model":
         model = stock_model_dir(tmp_path / "out" / "model")
-    return ["--model", str(model), *task, "--data-dir", str(data), "--output-dir", str(tmp_path / "out"), *quick()]
+    return ["--model", str(model), *quick(), *task, "--data-dir", str(data), "--output-dir", str(tmp_path / "out")]
 
 
 BAD_INPUT = {
@@ -691,6 +693,8 @@ BAD_INPUT = {
     "output folder would replace the model": "which is or holds --model",
     "card options without a push": "--license goes with --push-to-hub ORG/NAME",
     "sts loss without the bi-encoder": "--sts-loss mse trains the STS bi-encoder (--pair-encoding bi); nsmc is not",
+    "seed count of zero": "--seeds 0: give a count >= 1 (3 runs seeds 0, 1, 2) or a comma-separated list",
+    "seeds that are not numbers": "--seeds one,two: give a count >= 1",
 }
 
 

@@ -130,12 +130,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_seeds(text: str) -> list[int]:
-    if "," in text:
-        return [int(s) for s in text.split(",") if s.strip()]
-    count = int(text)
-    if count < 1:
-        raise TaskDataError("--seeds must be >= 1 (a count) or a comma-separated list of seeds")
-    return list(range(count))
+    """`--seeds 3` -> [0, 1, 2]; `--seeds 2,` -> [2]; `--seeds 0,4` -> [0, 4]."""
+    usage = (f"--seeds {text}: give a count >= 1 (3 runs seeds 0, 1, 2) or a comma-separated list of distinct "
+             f"seeds (2, runs seed 2 alone)")
+    try:
+        seeds = ([int(s) for s in text.split(",") if s.strip()] if "," in text else list(range(int(text))))
+    except ValueError:
+        raise TaskDataError(usage) from None
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise TaskDataError(usage)
+    return seeds
 
 
 def resolve_options(args) -> None:
