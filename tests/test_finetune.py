@@ -212,7 +212,7 @@ def test_training_loss_falls_on_nsmc_slice(shared_data, korean_bert, tmp_path):
     assert 1 <= run["best_epoch"] <= 6 and 0.0 <= run["dev"] <= 100.0 and run["test"] is None
 
 
-def test_same_seed_gives_identical_results(shared_data, korean_bert, tmp_path):
+def test_same_seed_gives_identical_results(shared_data, korean_bert, tmp_path, capsys):
     common = ["--model", korean_bert, "--task", "korsts", "--data-dir", shared_data / "tasks" / "korsts",
               *quick("--max-train-samples", 48, "--max-eval-samples", 32, "--epochs", 2, "--seeds", "0,1")]
     results, losses = [], []
@@ -224,6 +224,11 @@ def test_same_seed_gives_identical_results(shared_data, korean_bert, tmp_path):
     assert losses[0] == losses[1]
     assert results[0]["scores"][0] != results[0]["scores"][1]  # and another seed is another run
     assert results[0]["split"] == "test" and results[0]["seeds"] == [0, 1]
+    # without progress bars each epoch still reports one line, with the dev score that results.json holds
+    printed = capsys.readouterr().out
+    dev = json.loads((tmp_path / "b" / "runs" / "seed_1.json").read_text())["epochs"][2]["dev"]["spearman"]
+    assert sum(f"seed {seed} epoch {epoch}: train loss" in printed for seed in (0, 1) for epoch in (1, 2)) == 4
+    assert "seed 1 epoch 2: train loss" in printed and f"dev spearman {dev:.2f} (" in printed
 
 
 def test_cli_xpt_folder_on_korsts_writes_results_json(shared_data, korean_tokenizer, tmp_path):

@@ -220,8 +220,9 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
         speed.own()
         dev = evaluate_split(model, spec, features["dev"], splits["dev"], args, pad, device, accepted)
         epochs.append({"epoch": epoch, "train_loss": float(np.mean(losses)), "dev": dev})
-        if progress:
-            tqdm.write(f"seed {seed} epoch {epoch}: train loss {np.mean(losses):.4f}, dev {spec.metric} {dev[spec.metric]:.2f}")
+        # One line per epoch even without bars: a log of a long run shows where it is and how dev moves.
+        tqdm.write(f"seed {seed} epoch {epoch}: train loss {np.mean(losses):.4f}, dev {spec.metric} "
+                   f"{dev[spec.metric]:.2f} ({time.time() - started:.0f} s)")
         if dev[spec.metric] > best_score:
             best_score, best_epoch, best_dev, stale = dev[spec.metric], epoch, dev, 0
             best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
