@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", required=True, help="registered task (python training/tasks.py lists them) or a new name")
     p.add_argument("--data-dir", help="folder with train/dev[/test].{tsv,csv,json,jsonl}; omit to use the task's Hub dataset")
     p.add_argument("--output-dir", required=True, help="where results.json and runs/seed_<s>.json are written")
-    p.add_argument("--seeds", default="3", help="number of seeds (0..N-1) or a comma-separated list")
+    p.add_argument("--seeds", default="3", help="a count N (seeds 0..N-1) or a comma-separated list: 0,4 or 2, (seed 2 alone)")
     p.add_argument("--task-spec", help="JSON object (or file) defining/overriding the task, see training/tasks.py")
     p.add_argument("--task-type", choices=["single", "pair", "regression", "token", "qa"],
                    help="task type of a new task (with --text-columns and --label-column)")
