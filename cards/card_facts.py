@@ -142,15 +142,16 @@ def _fine_tuning(own: dict | None) -> dict | None:
     }
 
 
-def made_facts(info: FolderInfo, tokenizer, language_name: str) -> dict:
+def made_facts(info: FolderInfo, tokenizer, language_name: str, english_source: str | None = None) -> dict:
     """How the checkpoint was made: method, source, architecture, tokenizer, data, phases, training,
-    hardware and, for a fine-tuned model, its fine-tuning run."""
+    hardware and, for a fine-tuned model, its fine-tuning run. `english_source`: the source's Hub id
+    where the folder records a local copy of it (`--base-model`)."""
     config, record = info.config, info.record or RunRecord()
-    method, source = info.method, info.source
+    method, source = info.method, english_source or info.source
     method_card = METHODS[method].card if method in METHODS else None
     if method_card and language_name != "Korean":  # the method table (training/methods.py) speaks of Korean
         method_card = method_card.replace("Korean", language_name)
-    hub = (hub_source_id(source) or hub_source_id(config.get("source_name_or_path"))) if source else None
+    hub = english_source or ((hub_source_id(source) or hub_source_id(config.get("source_name_or_path"))) if source else None)
     shown = public_ref(source, "model") if source else None
     tokenizer_ref = public_ref(record.tokenizer, "tokenizer")
     data = record.data
@@ -197,7 +198,9 @@ def _seed_table(own: dict) -> dict:
     return {"task_name": task[0] if task else own.get("task"), "metric": own.get("metric"), "saved_seed": saved,
             "has_test": any(is_number(r.get("test")) for r in runs), "runs": rows,
             "dev_mean_sd": _mean_sd([r.get("dev") for r in runs]),
-            "test_mean_sd": _mean_sd([r.get("test") for r in runs])}
+            "test_mean_sd": _mean_sd([r.get("test") for r in runs]),
+            "floor": {split: cell((own.get("floor") or {}).get(split)) for split in ("dev", "test")}
+            if own.get("floor") else None}
 
 
 def results_facts(info: FolderInfo) -> dict:
@@ -224,10 +227,32 @@ def results_facts(info: FolderInfo) -> dict:
                            "split": result.get("split", ""), "mean": fmt_float(result["mean"], DOWNSTREAM_DIGITS),
                            "std": fmt_float(result["std"], DOWNSTREAM_DIGITS) if is_number(result.get("std")) else "",
                            "seeds": len(scores),
-                           "scores": ", ".join(fmt_float(x, DOWNSTREAM_DIGITS) for x in scores if is_number(x))})
+                           "scores": ", ".join(fmt_float(x, DOWNSTREAM_DIGITS) for x in scores if is_number(x)),
+                           **_reads(result)})
     return {"seed_table": _seed_table(own) if own and own.get("runs") else None,
             "intrinsic": {"split": split, "with_valid": with_valid, "rows": rows} if rows else None,
-            "downstream": downstream}
+            "downstream": downstream, "floors": _floor_methods(info.results)}
+
+
+def _reads(result: dict) -> dict:
+    """The no-model floor and the mean-pooled probe that `finetune --floor --mode both` scored on the
+    run's own splits, on the split its fine-tuned scores are reported on ("" where not run)."""
+    split = result.get("split", "test")
+    floor, probe = result.get("floor") or {}, (result.get("probe") or {}).get("mean") or {}
+    return {"floor": fmt_float(floor[split], DOWNSTREAM_DIGITS) if is_number(floor.get(split)) else "",
+            "probe": fmt_float(probe[split], DOWNSTREAM_DIGITS) if is_number(probe.get(split)) else ""}
+
+
+def _floor_methods(results: list[dict]) -> list[str]:
+    """How the card's floors were computed: their features, then their estimators without the chosen
+    regularisation ("TF-IDF ... with logistic regression or ridge")."""
+    estimators: dict[str, list[str]] = {}
+    for result in results:
+        floor = result.get("floor") or {}
+        if floor.get("features") and floor.get("estimator"):
+            name, _, last = floor["estimator"].rpartition(" ")
+            estimators.setdefault(floor["features"], []).append(name if "=" in last else floor["estimator"])
+    return [f"{features} with {' or '.join(dict.fromkeys(names))}" for features, names in estimators.items()]
 
 
 def usage_facts(info: FolderInfo, repo_ref: str, widgets: list[dict], revision: str | None) -> dict:

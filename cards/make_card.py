@@ -164,6 +164,7 @@ def build_card_from(info: FolderInfo, tokenizer, *, repo_id: str | None = None, 
     from huggingface_hub import ModelCard
 
     variant = variant or ("stock" if info.is_stock else "custom")
+    english_source = base_model  # the option names the English source; a stock export's base_model may be its XPT repo
     if variant == "stock" and custom_repo_id and not base_model:
         base_model = custom_repo_id.split("@")[0]
     license = resolve_license(info, license, required=require_license, base_model=base_model)
@@ -180,7 +181,7 @@ def build_card_from(info: FolderInfo, tokenizer, *, repo_id: str | None = None, 
         untrained=info.is_untrained, fine_tuned=info.is_fine_tuned,
         fine_tuned_from=resolve_base_model(info, base_model) if info.is_fine_tuned else None,
         **task_facts(info),
-        made=made_facts(info, tokenizer, lang),
+        made=made_facts(info, tokenizer, lang, english_source=english_source),
         usage=usage_facts(info, repo_id or str(info.path), widget_list, revision if repo_id else None),
         results=results_facts(info),
         stock_repo_id=stock_repo_id, has_adapters=bool(info.config.get("adapter_size")),

@@ -202,6 +202,59 @@ def test_card_metadata_round_trips_through_huggingface_hub(xpt_dir, tmp_path):
         assert expected in body, expected
 
 
+def test_downstream_scores_stand_beside_the_floor_of_their_own_run(xpt_dir, tmp_path):
+    """Each downstream row carries the no-model floor and the probe that its results.json scored on the
+    same split (as `finetune --floor --mode both` writes them); a run without them says so."""
+    folder = copy_folder(xpt_dir, tmp_path / "m")
+    (folder / "training_summary.json").write_text(json.dumps(SUMMARY), encoding="utf-8")
+    read = {"kind": "floor", "features": "TF-IDF of character 1-3-grams", "selected_on": "dev", "split": "test"}
+    nsmc = {"task": "nsmc", "metric": "accuracy", "model": str(folder), "seeds": [0, 1], "scores": [84.44, 85.08],
+            "mean": 84.76, "std": 0.45, "split": "test", "runs": [],
+            "floor": {**read, "estimator": "logistic regression C=10", "dev": 79.14, "test": 79.2},
+            "probe": {"mean": {**read, "kind": "probe", "estimator": "logistic regression C=0.1", "dev": 82.8, "test": 82.2}}}
+    korsts = {"task": "korsts", "metric": "spearman", "model": str(folder), "seeds": [0], "scores": [69.93],
+              "mean": 69.93, "std": 0.0, "split": "test", "runs": [],
+              "floor": {**read, "estimator": "ridge alpha=1", "dev": 75.12, "test": 68.55}}
+    plain = {"task": "my-task", "metric": "accuracy", "model": str(folder), "seeds": [0], "scores": [61.0],
+             "mean": 61.0, "std": 0.0, "split": "test", "runs": []}
+    paths = []
+    for name, result in (("nsmc", nsmc), ("korsts", korsts), ("paws", plain)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(result), encoding="utf-8")
+    text = build_card(folder, results=paths).text
+    rows = {line.split(" | ")[0].lstrip("| ").split(" ")[0]: line for line in text.splitlines() if line.startswith("| ")}
+    assert rows["NSMC"].endswith("| 84.44, 85.08 | 79.20 | 82.20 |")
+    assert rows["KorSTS"].endswith("| 69.93 | 68.55 | not run |")  # no probe in that run
+    assert rows["my-task"].endswith("| 61.00 | not run | not run |")
+    assert "TF-IDF of character 1-3-grams with logistic regression or ridge, regularisation chosen on dev" in text
+
+
+def test_a_fine_tuned_card_shows_the_floor_under_its_seeds(classifier_dir, tmp_path):
+    folder = copy_folder(classifier_dir, tmp_path / "c")
+    results = json.loads((folder / "results.json").read_text())
+    results["floor"] = {"features": "TF-IDF of character 1-3-grams", "estimator": "logistic regression C=10",
+                        "dev": 79.14, "split": "dev"}
+    (folder / "results.json").write_text(json.dumps(results), encoding="utf-8")
+    text = build_card(folder).text
+    assert "| mean ± sd (2 seeds) | | 70.88 ± 0.53 |" in text
+    assert "| no-model floor, same splits | | 79.14 |" in text
+    assert "with logistic regression, regularisation chosen on dev" in text
+
+
+def test_base_model_option_names_the_english_source_in_the_body(xpt_dir, tmp_path):
+    """A run from a local copy of the source records a local path; `--base-model` names it everywhere,
+    while a stock export's default base_model (its XPT repo) is never called the English source."""
+    folder = copy_folder(xpt_dir, tmp_path / "m")
+    (folder / "training_summary.json").write_text(json.dumps({**SUMMARY, "source_model": "/data/minilm-fp16"}))
+    assert "English source model**: `local model`" in build_card(folder).text
+    card = build_card(folder, base_model="sentence-transformers/all-MiniLM-L6-v2")
+    assert card.data.to_dict()["base_model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert "English source model**: `sentence-transformers/all-MiniLM-L6-v2`" in card.text
+    assert "(English source: `sentence-transformers/all-MiniLM-L6-v2`)" in card.text
+    stock = build_card(folder, variant="stock", custom_repo_id="org/xpt-ko")
+    assert stock.data.to_dict()["base_model"] == "org/xpt-ko" and "English source model**: `org/xpt-ko`" not in stock.text
+
+
 def test_a_cpu_trained_card_names_the_processor_and_its_class(xpt_dir, tmp_path):
     folder = copy_folder(xpt_dir, tmp_path / "m")
     hardware = {"device": "cpu", "cpu": "AMD EPYC 9R14", "cpu_class": "avx512-bf16", "num_processes": 1,
