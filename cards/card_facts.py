@@ -151,7 +151,7 @@ def made_facts(info: FolderInfo, tokenizer, language_name: str, english_source: 
     method_card = METHODS[method].card if method in METHODS else None
     if method_card and language_name != "Korean":  # the method table (training/methods.py) speaks of Korean
         method_card = method_card.replace("Korean", language_name)
-    hub = english_source or ((hub_source_id(source) or hub_source_id(config.get("source_name_or_path"))) if source else None)
+    hub = (hub_source_id(source) or hub_source_id(config.get("source_name_or_path"))) if source else None
     shown = public_ref(source, "model") if source else None
     tokenizer_ref = public_ref(record.tokenizer, "tokenizer")
     data = record.data
