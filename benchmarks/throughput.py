@@ -2,11 +2,12 @@
 
     python benchmarks/throughput.py [--device cpu|cuda] [--size minilm|base|tiny] [--seq-len 128]
         [--batch-size B] [--rounds R] [--steps-per-round S] [--warmup W] [--paths P ...]
-        [--tokenizer DIR] [--data PATH] [--num-texts N] [--json OUT] [--profile STEPS]
+        [--tokenizer DIR] [--data PATH] [--num-texts N] [--dropout P] [--json OUT] [--profile STEPS]
 
 Every path runs `training.step.training_step` (forward, loss scaled to the global token mean,
 backward, clip to 1.0, AdamW step, schedule step, zero_grad), phase 2 (everything trains),
-dropout on, one micro-batch of B rows x seq-len per step:
+dropout as the source has it (0.1 for BERT and MiniLM, as run_mlm trains; `--dropout 0` times what
+the CPU recipes run, `post_training_dropout: 0`), one micro-batch of B rows x seq-len per step:
 
   stock-eager   `BertForMaskedLM` / `RobertaForMaskedLM` of the same dimensions (`modeling_xpt.to_stock`:
                 every layer of XPT, ITLs included), run_mlm's recipe: texts tokenised with their special
@@ -21,7 +22,8 @@ dropout on, one micro-batch of B rows x seq-len per step:
                 process setting XPT's step uses, so that its ratio isolates the step itself.
   xpt           XPT exactly as `post_train.py` runs it by default on this device, chosen by the same
                 function (`training.step.resolve_speed`: bf16 autocast where the hardware has it; compile
-                on CUDA, eager on every CPU class; explicit fp32 attention on CPU, SDPA on CUDA;
+                on CUDA, eager on every CPU class; explicit fp32 attention on CPU, SDPA on CUDA and on
+                CPU in fp32 with `--dropout 0`;
                 threshold dropout masks and retained freed memory (`retain_freed_memory`) on CPU): batches
                 from `training/mlm_data.py` and `training/mlm_batches.py`
                 (`build_token_rows` best-fit packing, exact-count `Masker`, `collate`'s block mask and
@@ -360,16 +362,18 @@ def build_runner(path: Path_, xpt_model, tokenizer, texts, args, workdir, accele
     import copy
 
     from modeling_xpt import to_stock
-    from training.masked_lm import MaskedLMTraining, use_speed_paths
+    from training.masked_lm import MaskedLMTraining, set_dropout, use_speed_paths
     from training.step import build_optimizer, compile_for_training
 
     device = accelerator.device
     if path.stock:
         model = to_stock(xpt_model)
         model.config._attn_implementation = path.speed.attention
+        set_dropout(model, args.dropout, args.dropout)
         batches = stock_batches(texts, tokenizer, args, n_batches)
     else:  # what post-training runs: its speed paths, the LM head at the masked positions
         model = copy.deepcopy(xpt_model)
+        set_dropout(model, args.dropout, args.dropout)  # as post_train.py applies `post_training_dropout`
         batches = xpt_batches(texts, tokenizer, model, args, workdir, n_batches,
                               pad_to=args.seq_len if path.speed.compile else None, next_fit=path.next_fit)
         use_speed_paths(model, path.speed.attention, path.speed.dropout_mask)
@@ -452,12 +456,17 @@ def parse_args(argv=None):
     p.add_argument("--data", default=None)
     p.add_argument("--num-texts", type=int, default=20000)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--dropout", type=float, default=None, metavar="P",
+                   help="hidden and attention dropout of every path while timed (default: the source's, 0.1 for "
+                        "BERT and MiniLM; the CPU recipes post-train with 0)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None)
     p.add_argument("--profile", type=int, default=0, metavar="STEPS",
                    help="after the rounds, run STEPS more steps of each path under torch.profiler and print its "
                         "operators by self time (not counted in the figures)")
     args = p.parse_args(argv)
+    if args.dropout is not None and not 0 <= args.dropout < 1:
+        p.error(f"--dropout {args.dropout}: a dropout probability is in [0, 1), e.g. --dropout 0 or --dropout 0.1")
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.batch_size is None:
         args.batch_size = 4 if args.size == "tiny" else (256 if args.device == "cuda" else 16)
@@ -467,7 +476,7 @@ def parse_args(argv=None):
 def path_settings(args) -> tuple[SpeedSettings, dict[str, Path_]]:
     """The best settings on this device (what post_train.py picks) and the table of paths from them."""
     config = PostTrainConfig(mixed_precision=args.mixed_precision, compile=args.compile == "true"
-                             if args.compile != "auto" else "auto")
+                             if args.compile != "auto" else "auto", post_training_dropout=args.dropout)
     best = resolve_speed(config, args.device)
     return best, path_table(best)
 
@@ -692,7 +701,8 @@ def main(argv=None) -> int:
         f"{cpu_model_name()}, class {cpu_class()}"
     print(f"# {args.size} seq {args.seq_len} batch {args.batch_size}, {args.rounds} rounds x {args.steps_per_round} "
           f"steps, device {args.device} ({device_name}, {torch.get_num_threads()} threads), torch {torch.__version__}, "
-          f"dtype {str(dtype).removeprefix('torch.')}, tokenizer {tok_desc} (vocab {vocab}), data {data_desc}")
+          f"dtype {str(dtype).removeprefix('torch.')}, dropout {'source' if args.dropout is None else args.dropout}, "
+          f"tokenizer {tok_desc} (vocab {vocab}), data {data_desc}")
     print(f"# measured matmul peak {peak / 1e9:.1f} GFLOP/s (median of rounds, min {min(peaks) / 1e9:.1f} "
           f"max {max(peaks) / 1e9:.1f}); load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     memory_kind = "CUDA peak allocated" if args.device == "cuda" else "peak RSS"

@@ -228,6 +228,35 @@ def test_the_xpt_row_is_what_post_training_picks_on_this_machine():
     best, table = tp.path_settings(tp.parse_args(["--device", "cpu"]))
     assert best == resolve_speed(PostTrainConfig(), "cpu") and table["xpt"].speed == best
     assert not best.compile  # eager on every CPU class measured
+    without_dropout, table = tp.path_settings(tp.parse_args(["--device", "cpu", "--dropout", "0"]))
+    assert without_dropout == resolve_speed(PostTrainConfig(post_training_dropout=0.0), "cpu")
+    assert table["xpt"].speed == without_dropout  # the recipes' `post_training_dropout: 0`, as post_train.py runs it
+
+
+@pytest.mark.parametrize("dropout", [None, 0.0])
+def test_dropout_option_sets_every_path_as_post_training_does(tmp_path, dropout):
+    """`--dropout 0` times the CPU recipes' `post_training_dropout: 0` on the stock and the XPT path
+    alike; without it every dropout keeps the source's probability (0.1)."""
+    from accelerate import Accelerator
+
+    from training.methods import METHODS
+
+    args = _args(**({} if dropout is None else {"dropout": dropout}))
+    texts, _ = tp.read_texts(None, 400)
+    source = tp.source_for("tiny", tmp_path)
+    tokenizer, _ = tp.load_tokenizer(tp.parse_args(["--size", "tiny", "--device", "cpu", "--vocab-size", "2000",
+                                                    "--seq-len", "32"]), texts, "bert", tmp_path)
+    model = METHODS["xpt"].build(source, tokenizer)
+    best, table = tp.path_settings(args)
+    accelerator = Accelerator(mixed_precision=best.mixed_precision, cpu=True)
+    for name in ("stock-eager", "xpt"):
+        runner = tp.build_runner(table[name], model, tokenizer, texts, args, tmp_path, accelerator, 2)
+        probabilities = {m.p for m in runner.flops_model.modules() if isinstance(m, torch.nn.Dropout)}
+        assert probabilities == ({0.1} if dropout is None else {0.0}), (name, probabilities)
+        runner.run(accelerator, 1, tokenizer.pad_token_id, len(tokenizer))  # and the step runs with them
+    assert {m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)} == {0.1}  # the paths' own copies
+    with pytest.raises(SystemExit):
+        tp.parse_args(["--device", "cpu", "--dropout", "1"])
 
 
 def test_the_tiny_vocabulary_is_sized_to_the_texts(shared_data, tmp_path):

@@ -132,9 +132,10 @@ def test_post_training_dropout_overrides_the_source_for_the_run_only(tiny, tmp_p
     with_dropout, without = tmp_path / "src-0.1", tmp_path / "src-0"
     tiny_source("bert", tok, with_dropout, dropout=0.1)
     tiny_source("bert", tok, without, dropout=0.0)  # the same weights (same seed)
-    overridden = run_inprocess(run_args(tiny, tmp_path / "a", source=with_dropout, post_training_dropout=0.0))
-    plain = run_inprocess(run_args(tiny, tmp_path / "b", source=without))
-    source_dropout = run_inprocess(run_args(tiny, tmp_path / "c", source=with_dropout))
+    same = dict(attn_implementation="eager")  # `auto` may pick SDPA for post_training_dropout 0 alone
+    overridden = run_inprocess(run_args(tiny, tmp_path / "a", source=with_dropout, post_training_dropout=0.0, **same))
+    plain = run_inprocess(run_args(tiny, tmp_path / "b", source=without, **same))
+    source_dropout = run_inprocess(run_args(tiny, tmp_path / "c", source=with_dropout, **same))
     assert losses(tmp_path / "a") == losses(tmp_path / "b")
     assert losses(tmp_path / "a") != losses(tmp_path / "c")
     assert overridden["final_metrics"] == plain["final_metrics"] != source_dropout["final_metrics"]

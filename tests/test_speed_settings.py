@@ -48,6 +48,17 @@ def test_speed_settings_auto_and_explicit(monkeypatch):
     assert "compile=off" in step.describe_speed(off, "cuda")
     assert f"cpu ({step.cpu_class()})" in step.describe_speed(long_bf16, "cpu")
     assert (long_bf16.attention, off.attention) == ("eager", "sdpa")  # auto: the explicit path on CPU, SDPA on CUDA
+    # on CPU, SDPA's flash kernel where nothing is dropped and nothing autocast: fp32 with post_training_dropout 0
+    no_dropout = dict(post_training_dropout=0.0)
+    assert step.resolve_speed(PostTrainConfig(mixed_precision="no", **no_dropout), "cpu").attention == "sdpa"
+    assert step.resolve_speed(PostTrainConfig(mixed_precision="no"), "cpu").attention == "eager"  # the source's 0.1
+    assert step.resolve_speed(PostTrainConfig(mixed_precision="no", post_training_dropout=0.1), "cpu").attention == "eager"
+    assert step.resolve_speed(PostTrainConfig(**no_dropout), "cpu").attention == "eager"  # bf16 autocast here
+    assert step.resolve_speed(PostTrainConfig(mixed_precision="no", attn_implementation="eager", **no_dropout),
+                              "cpu").attention == "eager"  # an explicit choice stands
+    monkeypatch.setattr(step, "cpu_has_fast_bf16", lambda: False)
+    assert step.resolve_speed(PostTrainConfig(**no_dropout), "cpu").attention == "sdpa"  # auto resolves to fp32 here
+    monkeypatch.setattr(step, "cpu_has_fast_bf16", lambda: True)
     sdpa = step.resolve_speed(PostTrainConfig(attn_implementation="sdpa"), "cpu")
     assert sdpa.attention == "sdpa" and "attention=sdpa" in step.describe_speed(sdpa, "cpu")
     with pytest.raises(ConfigError, match="`compile`"):

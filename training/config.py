@@ -146,8 +146,9 @@ class PostTrainConfig:
     fused_adamw: str | bool = arg("auto", "AdamW(fused=True); auto: on")
     static_masked_head: str | bool = arg("auto", "LM head on a static number of rows (no recompiles); auto: when compiling")
     attn_implementation: str = arg("auto", "sdpa | eager attention while post-training (the same function; the saved model "
-                                   "loads with sdpa); auto: eager on CPU (softmax(QK^T)V computed explicitly in fp32, as "
-                                   "SDPA's math path does, and faster to train there), sdpa on CUDA")
+                                   "loads with sdpa); auto: sdpa on CUDA and on CPU in fp32 with post_training_dropout 0, "
+                                   "else eager on CPU (softmax(QK^T)V computed explicitly in fp32, as SDPA's math "
+                                   "path does, with cheaper dropout masks: faster to train there)")
     dropout_mask: str = arg("auto", "threshold | torch: how dropout masks are drawn on CPU (threshold: 16-bit numbers "
                             "compared with round(p * 2^16), about half the cost of torch's Bernoulli masks; torch: "
                             "torch's dropout); auto: threshold. Other devices always use torch's dropout")

@@ -30,8 +30,9 @@ import torch
 
 
 def cpu_has_fast_bf16() -> bool:
-    """True on CPUs with native bf16 matmuls (AVX512-BF16 or AMX). Elsewhere (AVX2-only CPUs) oneDNN
-    emulates bf16 and a bf16 matmul is about 100x slower than fp32, so autocast must stay off.
+    """True on CPUs with native bf16 matmuls (AVX512-BF16 or AMX). Elsewhere (AVX2-only CPUs, and AVX512
+    CPUs without the BF16 extension) oneDNN emulates bf16 and a bf16 matmul is about 100x slower than
+    fp32, so autocast must stay off.
 
     False too where torch dispatches below AVX512 on such a CPU (`ATEN_CPU_CAPABILITY=avx2`), so that
     one class decides every automatic setting: with `ONEDNN_MAX_CPU_ISA=AVX2` beside it, a bf16 machine
@@ -108,17 +109,22 @@ def resolve_speed(config, device: str) -> SpeedSettings:
     Defaults, measured per CPU class with benchmarks/throughput.py (MiniLM size, sequence 128,
     batch 16, interleaved rounds; docs/BENCHMARKS.md, "Throughput"):
     - mixed precision: `auto_mixed_precision` (bf16 autocast only where the CPU has native bf16).
-    - compile: on CUDA only. On CPU the eager step was faster on every class measured (2-core AMD
-      EPYC machines, real tokens/s, medians of interleaved rounds): AVX512-BF16 with bf16 autocast
-      (docs/BENCHMARKS.md), AVX512 kernels in fp32 (eager 1,281 against compiled 975), AVX2 in fp32
-      (eager 1,159 against compiled 824). AMX has not been measured; it takes the choice of the
-      closest measured class, AVX512-BF16. Compiling also costs minutes per phase on 2 cores.
+    - compile: on CUDA only. On CPU the eager step was faster on every class measured (2-core
+      machines, real tokens/s, medians of interleaved rounds): AVX512-BF16 with bf16 autocast (AMD
+      EPYC, docs/BENCHMARKS.md), AVX512 in fp32 (Intel Xeon: eager 1,450 against compiled 1,141),
+      AVX2 in fp32 (AMD EPYC: eager 1,159 against compiled 824). AMX has not been measured; it takes
+      the choice of the closest measured class, AVX512-BF16. Compiling also costs 30-60 s per phase.
     - fused AdamW: on (CPU and CUDA both have the kernel).
     - masked capacity: on whenever compiling (a static LM-head shape avoids recompiles); eager keeps
       the exact-size selection, which costs nothing there.
-    - attention: sdpa on CUDA; on CPU eager (`training.masked_lm.threshold_eager_attention`), which computes what SDPA's math path
-      computes (fp32 scores and probabilities) and trained 1.2x faster than SDPA with dropout (SDPA's
-      math path drawing torch's masks) and without (SDPA's flash kernel, slow backward on CPU).
+    - attention: sdpa on CUDA. On CPU eager (`training.masked_lm.threshold_eager_attention`: what SDPA's
+      math path computes, fp32 scores and probabilities, with cheaper dropout masks), except in fp32
+      without attention dropout (`post_training_dropout: 0`, as the CPU recipes run), where SDPA's
+      flash kernel is the faster: with dropout SDPA falls back to its math path and torch's masks
+      (attention 2.4x slower than eager, Intel Xeon AVX512 fp32), and with bf16 autocast eager was
+      faster on AMD EPYC AVX512-BF16; in fp32 without dropout SDPA ran the whole step 1.08x faster on
+      an Intel Xeon with AVX512 and 1.03x with its kernels capped at AVX2, in 0.3-0.5 GiB less memory
+      (docs/BENCHMARKS.md). An AVX2-only machine has not been measured; it takes the capped result.
     - dropout mask: threshold (`training.masked_lm.ThresholdDropout`: about half the cost of torch's Bernoulli masks on CPU,
       which took a fifth of the bf16 step); it only changes how CPU masks are drawn.
     - retained CPU memory: on CPU (`retain_freed_memory`); on CUDA the tensors live in torch's caching
@@ -134,7 +140,7 @@ def resolve_speed(config, device: str) -> SpeedSettings:
     capacity = _auto_bool(config.static_masked_head, compile_on)
     attention = config.attn_implementation
     if attention == "auto":
-        attention = "sdpa" if cuda else "eager"
+        attention = "sdpa" if cuda or (mixed == "no" and config.post_training_dropout == 0) else "eager"
     dropout_mask = "threshold" if config.dropout_mask == "auto" else config.dropout_mask
     retain = _auto_bool(config.retain_cpu_memory, not cuda)
     workers = auto_loader_workers(device) if config.num_workers == "auto" else int(config.num_workers)
