@@ -112,6 +112,12 @@ def test_presets_load_and_plan(preset):
                "max_train_sentences": spec.sizes[0]}
         validate_config(config_from_dict(raw), world_size=1, check_data=False)
     assert "post-training runs" in study.plan(spec)
+    from training import finetune_cli
+    from training.tasks import get_task
+
+    for name in spec.tasks:  # every task's fine-tuning options pass finetune.py's checks of them
+        argv = study.finetune_args(spec, name, Path("model"), Path("data"), Path("out"), spec.sizes[0])
+        finetune_cli.resolve_pair_encoding(finetune_cli.build_parser().parse_args(argv), get_task(name))
 
 
 @pytest.mark.parametrize("content, message", [
