@@ -113,7 +113,7 @@ def resolve_speed(config, device: str) -> SpeedSettings:
       machines, real tokens/s, medians of interleaved rounds): AVX512-BF16 with bf16 autocast (AMD
       EPYC, docs/BENCHMARKS.md), AVX512 in fp32 (Intel Xeon: eager 1,450 against compiled 1,141),
       AVX2 in fp32 (AMD EPYC: eager 1,159 against compiled 824). AMX has not been measured; it takes
-      the choice of the closest measured class, AVX512-BF16. Compiling also costs 30-60 s per phase.
+      the choice of the closest measured class, AVX512-BF16. Compiling also costs 17-64 s per phase.
     - fused AdamW: on (CPU and CUDA both have the kernel).
     - masked capacity: on whenever compiling (a static LM-head shape avoids recompiles); eager keeps
       the exact-size selection, which costs nothing there.
