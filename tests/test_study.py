@@ -122,6 +122,8 @@ def test_presets_load_and_plan(preset):
 
 @pytest.mark.parametrize("content, message", [
     ({"sizes": [0, 10]}, "sizes must be positive"),
+    ({"finetune": {"sts_loss": "mse"}, "tasks": {"korsts": "a", "nsmc": "b"}},
+     "tasks.nsmc fine-tuning: --sts-loss mse trains the STS bi-encoder"),
     ({"methods": ["xpt", "magic"]}, "unknown method(s) ['magic']"),
     ({"tasks": {}}, "no tasks"),
     ({"post_training": {"method": "xpt"}}, "post_training.method is set by the study"),

@@ -172,7 +172,22 @@ def load_spec(preset: str | None, spec_file: str | None, extra_tasks: list[str])
             raise StudyError(f"--extra-task {item!r}: expected NAME=DIR (a registered task name and its folder)")
         tasks[name] = {"data_dir": folder}
     raw["tasks"] = tasks
-    return StudySpec.from_dict(raw)
+    spec = StudySpec.from_dict(raw)
+    check_finetune_options(spec)
+    return spec
+
+
+def check_finetune_options(spec: StudySpec) -> None:
+    """Every task's fine-tuning options through finetune.py's own checks, before any post-training runs."""
+    from training import finetune_cli
+    from training.tasks import TaskDataError, get_task
+
+    for name in spec.tasks:
+        argv = finetune_args(spec, name, Path("model"), Path("data"), Path("out"), spec.sizes[0])
+        try:
+            finetune_cli.resolve_pair_encoding(finetune_cli.build_parser().parse_args(argv), get_task(name))
+        except TaskDataError as error:
+            raise StudyError(f"tasks.{name} fine-tuning: {error}") from None
 
 
 def resolve_relative(path: str) -> str:
