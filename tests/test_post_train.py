@@ -172,6 +172,20 @@ def test_two_processes_cross_the_phase_boundary_like_one(tiny, tmp_path):
         assert s2["final_metrics"][key] == pytest.approx(s1["final_metrics"][key], rel=1e-4, abs=1e-5)
 
 
+def test_the_command_line_run_ends_by_destroying_its_process_group(tiny, tmp_path):
+    """A launched run (torchrun, `accelerate launch`) destroys its torch.distributed process group before it
+    exits, as torch documents, rather than leaving gloo's threads to interpreter exit (which can abort the
+    process after everything is saved). Here a one-process gloo group stands in for the launcher's."""
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        run_inprocess(run_args(tiny, tmp_path / "run", train_steps=2, phase1_steps=1, eval_steps=2))
+        assert not torch.distributed.is_initialized()
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+        reset_accelerate()
+
+
 def test_cpu_default_splits_a_large_batch_into_micro_batches_with_the_same_losses(tiny, tmp_path, monkeypatch, capsys):
     """Without per_device_batch_size a CPU runs at most CPU_MICRO_BATCH_TOKENS tokens per forward pass
     (lowered here to 2 rows of 32 tokens); the step's gradient is the same token mean as one forward pass."""

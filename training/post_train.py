@@ -484,6 +484,13 @@ def main(argv: list[str] | None = None) -> int:
         train(config)
     except UserError as error:
         return report_error(error)
+    finally:
+        # torch.distributed's documented shutdown for a launched process (torchrun, `accelerate launch`):
+        # a gloo process group left to interpreter exit can abort the process (SIGABRT, "terminate called
+        # without an active exception") after the run has saved everything. In the CLI only: a caller
+        # that runs post-training more than once in one process keeps its group.
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
     return 0
 
 
