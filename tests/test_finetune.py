@@ -670,6 +670,10 @@ def bad_input_case(case: str, tmp_path: Path) -> list[str]:
         task += ["--push-to-hub", "org/x", "--push-dry-run"]
     elif case == "sts loss without the bi-encoder":
         task += ["--sts-loss", "mse"]
+    elif case == "negative gradient clipping norm":
+        task += ["--max-grad-norm", "-1"]
+    elif case == "max length below 8 tokens":
+        task += ["--max-length", "4"]
     elif case == "card options without a push":
         task += ["--license", "mit"]
     elif case in ("seed count of zero", "seeds that are not numbers"):
@@ -697,6 +701,8 @@ BAD_INPUT = {
     "push without a known licence": "source 'tiny-bert' has no recorded licence): pass --license ID",
     "output folder would replace the model": "which is or holds --model",
     "card options without a push": "--license goes with --push-to-hub ORG/NAME",
+    "negative gradient clipping norm": "--max-grad-norm -1.0: give a norm > 0, or 0 for no clipping",
+    "max length below 8 tokens": "--max-length 4: give at least 8 tokens",
     "sts loss without the bi-encoder": "--sts-loss mse trains the STS bi-encoder (--pair-encoding bi); nsmc is not",
     "seed count of zero": "--seeds 0: give a count >= 1 (3 runs seeds 0, 1, 2) or a comma-separated list",
     "seeds that are not numbers": "--seeds one,two: give a count >= 1",
@@ -712,6 +718,20 @@ def test_bad_input_fails_early_with_one_line(case, tmp_path, capsys, monkeypatch
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and BAD_INPUT[case] in err[0], err
     assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_max_grad_norm_zero_trains_without_clipping(tmp_path):
+    """`--max-grad-norm 0` means no clipping, as in post-training (not a gradient scaled to zero): its losses
+    are those of a norm no gradient here reaches."""
+    data = toy_sentiment_dir(tmp_path / "data")
+    model = stock_model_dir(tmp_path / "m")
+    losses = {}
+    for norm in ("0", "1e9"):
+        argv = ["--model", str(model), "--task", "nsmc", "--data-dir", str(data), "--output-dir", str(tmp_path / norm),
+                *quick("--epochs", 2, "--learning-rate", 3e-3, "--max-grad-norm", norm, "--save-model", "none")]
+        assert finetune.main(argv) == 0
+        losses[norm] = json.loads((tmp_path / norm / "runs" / "seed_0.json").read_text())["step_losses"]
+    assert losses["0"] == losses["1e9"] and len(set(losses["0"])) > 1
 
 
 def test_custom_code_runs_only_when_it_is_ours_or_trusted(tmp_path):

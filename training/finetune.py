@@ -56,8 +56,8 @@ from tqdm.auto import tqdm
 
 from tokenization.errors import UserError, report_error
 from training import metrics_downstream, sentence_similarity
-from training.finetune_cli import (build_parser, resolve_pair_encoding, check_publishable, check_reused_folder,
-                                   check_save_options, hyperparameters, parse_seeds, resolve_options)
+from training.finetune_cli import (build_parser, check_options, check_publishable, check_reused_folder,
+                                   hyperparameters, resolve_options)
 from training.publishing import publisher
 from training.run_record import RESULTS_FILE, RecordError, RunRecord
 from training.task_encoding import MODEL_INPUTS, build_features, collate, score
@@ -210,7 +210,8 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
             with autocast(device, args.mixed_precision):
                 loss = model(**inputs).loss
             loss.backward()
-            torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], args.max_grad_norm)
+            if args.max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], args.max_grad_norm)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
@@ -375,17 +376,13 @@ def fine_tune(args) -> dict[str, Any]:
     from training.finetuned_model import MODEL_DIR, adapter_usage, remove_stale, save_selected, saved_model_record
 
     resolve_options(args)
-    if args.max_length < 8:
-        raise TaskDataError("--max-length must be at least 8")
-    check_save_options(args)
     spec = spec_from_cli(args.task, args.task_spec, args.task_type, args.text_columns, args.label_column,
                          args.labels, args.metric)
-    resolve_pair_encoding(args, spec)
+    seeds = check_options(args, spec)
     allowed = metrics_downstream.METRICS_FOR_TYPE[spec.task_type]
     for name in [spec.metric] + spec.extra_metrics:
         if name not in allowed:
             raise TaskDataError(f"metric {name!r} does not fit a {spec.task_type} task; use one of {list(allowed)}")
-    seeds = parse_seeds(args.seeds)
     check_reused_folder(args, seeds)
     splits = load_task_data(spec, args.data_dir, args.max_train_samples, args.max_eval_samples, args.data_seed,
                             args.hold_out_test)

@@ -64,14 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="share of the steps with linear warmup; linear decay to 0 after")
     p.add_argument("--weight-decay", type=float, default=PAPER_DEFAULTS["weight_decay"],
                    help="AdamW weight decay (not on biases and LayerNorm weights)")
-    p.add_argument("--max-grad-norm", type=float, default=1.0, help="gradient clipping norm")
+    p.add_argument("--max-grad-norm", type=float, default=1.0, help="gradient clipping norm (0: no clipping)")
     p.add_argument("--max-length", type=int, default=PAPER_DEFAULTS["max_length"],
                    help="tokens per example after truncation (pairs: both sentences together)")
     p.add_argument("--doc-stride", type=int, default=128, help="QA window overlap (capped at max_length/4)")
     p.add_argument("--patience", type=int, default=0, help="stop after this many epochs without dev improvement (0: off)")
     p.add_argument("--pair-encoding", choices=["auto", "cross", "bi"], default="auto",
                    help="sentence-pair regression (STS): cross = both sentences in one sequence with a regression "
-                        "head; bi = the cosine of the two mean-pooled sentence vectors, trained with MSE "
+                        "head; bi = the cosine of the two mean-pooled sentence vectors, trained with --sts-loss "
                         "(training/sentence_similarity.py; the saved model/ is the encoder); auto: bi for "
                         "sentence-pair regression unless --peft, --pooling or --push-to-hub is given, else cross")
     p.add_argument("--sts-loss", choices=list(sentence_similarity.LOSSES), default="cosent",
@@ -182,6 +182,19 @@ def check_save_options(args) -> None:
         hub.check(args.push_to_hub, needs_token=not args.push_dry_run)
     except hub.Error as error:
         raise TaskDataError(f"--push-to-hub: {error}" + (", or add --push-dry-run" if error.field == "token" else "")) from None
+
+
+def check_options(args, spec: TaskSpec) -> list[int]:
+    """The options' values and their fit with each other and the task, before anything is loaded (after
+    `resolve_options`); returns the seeds. training/study.py runs the same checks on a study's options."""
+    if args.max_length < 8:
+        raise TaskDataError(f"--max-length {args.max_length}: give at least 8 tokens")
+    if args.max_grad_norm < 0:
+        raise TaskDataError(f"--max-grad-norm {args.max_grad_norm}: give a norm > 0, or 0 for no clipping")
+    seeds = parse_seeds(args.seeds)
+    check_save_options(args)
+    resolve_pair_encoding(args, spec)
+    return seeds
 
 
 def sentence_pair_regression(spec: TaskSpec) -> bool:
