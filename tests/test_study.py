@@ -111,19 +111,18 @@ def test_presets_load_and_plan(preset):
         raw = {**spec.post_training, "method": method, "source": spec.source, "data": "x", "tokenizer": "x",
                "max_train_sentences": spec.sizes[0]}
         validate_config(config_from_dict(raw), world_size=1, check_data=False)
-    assert "post-training runs" in study.plan(spec)
-    from training import finetune_cli
-    from training.tasks import get_task
-
-    for name in spec.tasks:  # every task's fine-tuning options pass finetune.py's checks of them
-        argv = study.finetune_args(spec, name, Path("model"), Path("data"), Path("out"), spec.sizes[0])
-        finetune_cli.resolve_pair_encoding(finetune_cli.build_parser().parse_args(argv), get_task(name))
+    assert "post-training runs" in study.plan(spec)  # load_spec passed every task's fine-tuning options
 
 
 @pytest.mark.parametrize("content, message", [
     ({"sizes": [0, 10]}, "sizes must be positive"),
     ({"finetune": {"sts_loss": "mse"}, "tasks": {"korsts": "a", "nsmc": "b"}},
      "tasks.nsmc fine-tuning: --sts-loss mse trains the STS bi-encoder"),
+    ({"finetune": {"merge": True}}, "tasks.korsts fine-tuning: --merge merges LoRA weights into the base model"),
+    ({"finetune": {"max_grad_norm": -1}}, "tasks.korsts fine-tuning: --max-grad-norm -1.0: give a norm > 0"),
+    ({"finetune": {"colour": "blue"}}, "tasks.korsts fine-tuning: unrecognized arguments: --colour blue"),
+    ({"finetune": {"epochs": "many"}}, "tasks.korsts fine-tuning: argument --epochs: invalid int value: 'many'"),
+    ({"finetune": {"push_to_hub": "org/x"}}, "tasks.korsts fine-tuning: push_to_hub: a study fine-tunes a model per run"),
     ({"methods": ["xpt", "magic"]}, "unknown method(s) ['magic']"),
     ({"tasks": {}}, "no tasks"),
     ({"post_training": {"method": "xpt"}}, "post_training.method is set by the study"),
@@ -138,6 +137,20 @@ def test_bad_specs_are_one_clear_line(tmp_path, content, message):
     assert result.returncode == 2
     assert result.stderr.startswith("error: ") and message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_on_off_and_lora_options_reach_fine_tuning_but_not_the_source_probes(tmp_path):
+    """A spec's `true` is finetune.py's bare flag, `false` and `null` leave the option out; LoRA and merging
+    apply to the fine-tuned models, not to the English source, which is only probed."""
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({"tasks": {"nsmc": "somewhere"},
+                                    "finetune": {"peft": "lora", "merge": True, "hub_private": False, "patience": None}}))
+    spec = study.load_spec(None, str(path), [])
+    model = study.finetune_args(spec, "nsmc", Path("m"), Path("d"), Path("o"), spec.sizes[0])
+    source = study.finetune_args(spec, "nsmc", Path("m"), Path("d"), Path("o"), None)
+    assert model[model.index("--peft") + 1] == "lora" and "--merge" in model
+    assert "--peft" not in source and "--merge" not in source and source[source.index("--mode") + 1] == "probe"
+    assert not {"--hub-private", "--patience", "True", "False", "None"} & set(model + source)
 
 
 def test_resume_refuses_a_changed_spec_but_not_reworded_prose(tmp_path):

@@ -178,16 +178,28 @@ def load_spec(preset: str | None, spec_file: str | None, extra_tasks: list[str])
 
 
 def check_finetune_options(spec: StudySpec) -> None:
-    """Every task's fine-tuning options through finetune.py's own checks, before any post-training runs."""
+    """Every task's fine-tuning options through finetune.py's own parser and checks (`check_options`), for the
+    English source's probes and for the models' fine-tuning, before any post-training runs."""
     from training import finetune_cli
     from training.tasks import TaskDataError, get_task
 
     for name in spec.tasks:
-        argv = finetune_args(spec, name, Path("model"), Path("data"), Path("out"), spec.sizes[0])
-        try:
-            finetune_cli.resolve_pair_encoding(finetune_cli.build_parser().parse_args(argv), get_task(name))
-        except TaskDataError as error:
-            raise StudyError(f"tasks.{name} fine-tuning: {error}") from None
+        def refuse(message: str, name: str = name):  # argparse's message, as one line naming the task
+            raise StudyError(f"tasks.{name} fine-tuning: {message}")
+
+        if finetune_options(spec, name).get("push_to_hub"):
+            refuse("push_to_hub: a study fine-tunes a model per run; publish the one you choose afterwards with "
+                   "`xpt-push --model-dir DIR --repo-id ORG/NAME`")
+        for size in (None, spec.sizes[0]):
+            parser = finetune_cli.build_parser()
+            parser.error = refuse
+            args = parser.parse_args(finetune_args(spec, name, Path("model"), Path("data"), Path("out"), size))
+            if args.mode == "probe":
+                args.save_model = "none"  # as finetune.py's resolve_options sets it
+            try:
+                finetune_cli.check_options(args, get_task(name))
+            except TaskDataError as error:
+                refuse(str(error))
 
 
 def resolve_relative(path: str) -> str:
@@ -342,6 +354,9 @@ def task_folder(spec: StudySpec, out: Path, name: str) -> Path:
     return folder
 
 
+FINETUNED_MODEL_OPTIONS = ("peft", "merge")
+
+
 def finetune_options(spec: StudySpec, name: str) -> dict[str, Any]:
     """The fine-tuning options for task `name`: the spec's, overridden by the task's (seeds apart)."""
     return {**{k: v for k, v in spec.finetune.items() if k != "seeds"}, **spec.tasks[name].finetune}
@@ -354,8 +369,14 @@ def finetune_args(spec: StudySpec, name: str, model: Path, data_dir: Path, outpu
             "--seeds", ",".join(str(s) for s in spec.seeds(size)), "--no-progress", "--floor",
             "--mode", "probe" if size is None else "both",
             "--trust-remote-code"]  # the study wrote these folders itself (possibly with an earlier version)
+    if size is None:  # probes train no model: the options of the fine-tuned model do not apply
+        options = {k: v for k, v in options.items() if k not in FINETUNED_MODEL_OPTIONS}
     for key, value in options.items():
-        argv += [f"--{key.replace('_', '-')}", str(value)]
+        flag = f"--{key.replace('_', '-')}"
+        if isinstance(value, bool):  # finetune.py's on/off options are bare flags
+            argv += [flag] if value else []
+        elif value is not None:
+            argv += [flag, str(value)]
     return argv
 
 
