@@ -182,11 +182,13 @@ def train(config: PostTrainConfig, on_step_end: Callable[[RunState], None] | Non
     try:
         with folder_lock(config.output_dir, enabled=int(os.environ.get("RANK", "0")) == 0):
             return run_post_training(config, on_step_end)
-    except (FolderInUse, DiskFull) as error:  # the lock, before anything is written; a checkpoint on a full disk
-        message = str(error)
+    except FolderInUse as error:  # the lock, before anything is written: another output folder is the fix
+        refusal = ConfigError("output_dir", str(error))
+    except DiskFull as error:  # a checkpoint on a full disk: the setting is fine, the space is not
+        refusal = UserError(str(error))
     # raised once the error (and with it the run's frames and open progress bar) is released, so that the
     # bar ends its line before the message is printed
-    raise ConfigError("output_dir", message)
+    raise refusal
 
 
 def run_post_training(config: PostTrainConfig, on_step_end: Callable[[RunState], None] | None = None) -> RunRecord:
