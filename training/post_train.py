@@ -487,10 +487,8 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as error:
         return report_error(error)
     finally:
-        # torch.distributed's documented shutdown for a launched process (torchrun, `accelerate launch`):
-        # a gloo process group left to interpreter exit can abort the process (SIGABRT, "terminate called
-        # without an active exception") after the run has saved everything. In the CLI only: a caller
-        # that runs post-training more than once in one process keeps its group.
+        # torch's documented shutdown of a launched run: a gloo group left to interpreter exit can abort the
+        # saved run (SIGABRT). The command line only: an in-process caller may run post-training again.
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
     return 0

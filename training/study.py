@@ -14,27 +14,21 @@ stages, each using the package's own tools, each resumable:
    splits; the train sentences are shuffled once (`seed`) and the first `max(sizes)` written to
    `OUT/data`, so every data size N is the first N of one list (smaller sets nest in larger ones).
 2. tokenizer: `tokenization.train_tokenizer` on the first `tokenizer_sentences` of that list (default:
-   the largest size's), one vocabulary for every method and size, in the source model's family.
+   the largest size's), one vocabulary for every method and size.
 3. post-training: `training.post_train.train` for every (size, method): the same source, tokenizer,
-   seed (so the same batches and masks), steps and batch size, so the same token budget; only the
-   number of distinct training sentences changes. Each run is a normal output folder
-   (`OUT/models/<method>-<size>`) that the Auto classes load.
+   seed (batches and masks), steps and batch size; only the number of distinct training sentences
+   changes. Each run is a normal output folder (`OUT/models/<method>-<size>`).
 4. fine-tuning and linear reads: `training.finetune --mode both --floor` on every task for every
-   model: linear probes of the frozen encoder (`training/linear_reads.py`: mean- and first-token
-   pooling, regularisation chosen on dev; STS also as the cosine without training), then
-   `finetune.seeds` fine-tuning seeds, best epoch chosen on dev, reported on test; and on the same
-   splits the no-model floor (TF-IDF of character 1-3-grams with logistic regression / ridge). The
-   English source as it is (its own tokenizer, no post-training) is probed the same way
-   (`OUT/finetune/source`). A task without a test split gets one held out of its train split
-   (`hold_out_test`, fixed seed) before anything is trained.
-5. report (`OUT/report`, written by `training/study_report.py`): `results.md`, `results.json`, one
-   PNG per task and the data-efficiency factor (the largest k such that XPT at N sentences matches
-   or beats Scratch at k x N).
+   model: linear probes of the frozen encoder (`training/linear_reads.py`), then `finetune.seeds`
+   seeds (best epoch on dev, scored on test), and on the same splits the no-model floor (TF-IDF).
+   The English source as it is is probed the same way (`OUT/finetune/source`). A task without a
+   test split gets one held out of its train split (`hold_out_test`, fixed seed).
+5. report (`OUT/report`, `training/study_report.py`): `results.md`, `results.json`, a PNG per task and
+   the data-efficiency factor (the largest k: XPT at N sentences matches Scratch at k x N).
 
-Resume: every run folder is written under a temporary name and renamed when complete, so a folder
-either holds a finished run or does not exist; `--resume` skips finished runs, continues an
-interrupted post-training run from its last checkpoint, and redoes an interrupted fine-tuning.
-Without `--resume`, an existing study folder is refused.
+Resume: every run folder is written under a temporary name and renamed when complete; `--resume`
+skips finished runs, continues an interrupted post-training run from its last checkpoint and redoes
+an interrupted fine-tuning. Without `--resume`, an existing study folder is refused.
 """
 from __future__ import annotations
 
@@ -178,24 +172,21 @@ def load_spec(preset: str | None, spec_file: str | None, extra_tasks: list[str])
 
 
 def check_finetune_options(spec: StudySpec) -> None:
-    """Every task's fine-tuning options through finetune.py's own parser and checks (`check_options`), for the
-    English source's probes and for the models' fine-tuning, before any post-training runs."""
+    """Every task's fine-tuning options through finetune.py's parser and `check_options`, for the source's
+    probes and the models' fine-tuning, before any post-training; each error one line naming the task."""
     from training import finetune_cli
     from training.tasks import TaskDataError, get_task
 
     for name in spec.tasks:
-        def refuse(message: str, name: str = name):  # argparse's message, as one line naming the task
+        def refuse(message: str, name: str = name):
             raise StudyError(f"tasks.{name} fine-tuning: {message}")
 
         if finetune_options(spec, name).get("push_to_hub"):
-            refuse("push_to_hub: a study fine-tunes a model per run; publish the one you choose afterwards with "
-                   "`xpt-push --model-dir DIR --repo-id ORG/NAME`")
+            refuse("push_to_hub: a study fine-tunes a model per run; publish the one you choose with `xpt-push`")
         for size in (None, spec.sizes[0]):
             parser = finetune_cli.build_parser()
-            parser.error = refuse
+            parser.error = refuse  # argparse's own errors too
             args = parser.parse_args(finetune_args(spec, name, Path("model"), Path("data"), Path("out"), size))
-            if args.mode == "probe":
-                args.save_model = "none"  # as finetune.py's resolve_options sets it
             try:
                 finetune_cli.check_options(args, get_task(name))
             except TaskDataError as error:
@@ -354,9 +345,6 @@ def task_folder(spec: StudySpec, out: Path, name: str) -> Path:
     return folder
 
 
-FINETUNED_MODEL_OPTIONS = ("peft", "merge")
-
-
 def finetune_options(spec: StudySpec, name: str) -> dict[str, Any]:
     """The fine-tuning options for task `name`: the spec's, overridden by the task's (seeds apart)."""
     return {**{k: v for k, v in spec.finetune.items() if k != "seeds"}, **spec.tasks[name].finetune}
@@ -370,7 +358,7 @@ def finetune_args(spec: StudySpec, name: str, model: Path, data_dir: Path, outpu
             "--mode", "probe" if size is None else "both",
             "--trust-remote-code"]  # the study wrote these folders itself (possibly with an earlier version)
     if size is None:  # probes train no model: the options of the fine-tuned model do not apply
-        options = {k: v for k, v in options.items() if k not in FINETUNED_MODEL_OPTIONS}
+        options = {k: v for k, v in options.items() if k not in ("peft", "merge")}
     for key, value in options.items():
         flag = f"--{key.replace('_', '-')}"
         if isinstance(value, bool):  # finetune.py's on/off options are bare flags
