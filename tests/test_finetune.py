@@ -12,6 +12,7 @@ import json
 import math
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -329,6 +330,19 @@ def test_lora_trains_only_adapters_and_head(kind, tmp_path):
         assert not name.startswith(encoder_prefix) or name.rsplit(".", 2)[-2] in ("query", "value"), name
     assert any(not n.startswith(encoder_prefix) for n in changed)  # the head trained
     assert any(".query." in n for n in changed) and any(".value." in n for n in changed)
+
+
+def test_lora_wraps_the_model_without_warnings_the_user_cannot_act_on(tmp_path):
+    tokenizer = word_tokenizer("bert", KOREAN_WORDS)
+    model_dir = xpt_model_dir(tmp_path / "m", tokenizer)
+    args = args_for(model_dir, "nsmc", toy_sentiment_dir(tmp_path / "data"), tmp_path / "out", "--peft", "lora")
+    spec, _, _, config, _ = prepared(args)
+    model = task_model.load_model(str(model_dir), spec, config, spec.labels, trust_remote_code=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        wrapped = task_model.apply_lora(model, spec, rank=4, alpha=8, dropout=0.0)
+    assert any("lora_" in n for n, p in wrapped.named_parameters() if p.requires_grad)
+    assert not [str(w.message) for w in caught if issubclass(w.category, FutureWarning)]
 
 
 # --- the saved model --------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ head (`load_model`), and LoRA on it (`apply_lora`).
 from __future__ import annotations
 
 import importlib.util
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -158,4 +159,8 @@ def apply_lora(model, spec: TaskSpec, rank: int, alpha: int, dropout: float):
     task_type = {"token": TaskType.TOKEN_CLS, "qa": TaskType.QUESTION_ANS}.get(spec.task_type, TaskType.SEQ_CLS)
     config = LoraConfig(task_type=task_type, r=rank, lora_alpha=alpha, lora_dropout=dropout,
                         target_modules=targets, modules_to_save=heads)
-    return get_peft_model(model, config)
+    with warnings.catch_warnings():
+        # PEFT reads transformers' deprecated `is_gradient_checkpointing`; the FutureWarning names
+        # neither this package nor anything the user can change, so it is silenced here only.
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        return get_peft_model(model, config)
