@@ -219,7 +219,7 @@ def write_card(model_dir: str | Path, overwrite: bool = False, **kwargs) -> Path
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cards.make_card", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="xpt-card", description=__doc__.split("\n")[0])
     parser.add_argument("--model-dir", required=True, help="saved XPT (or stock export) folder")
     parser.add_argument("--repo-id", help="Hub repo the card is for (used in the usage code; default: folder path)")
     parser.add_argument("--license", help="licence id of the weights (default: the English source's licence when "

@@ -186,7 +186,7 @@ def serve(app_dir: Path, *, model: str, port: int, host: str = "127.0.0.1") -> N
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cards.space", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="xpt-space", description=__doc__.split("\n")[0])
     parser.add_argument("model_dir", help="saved XPT folder (post-trained or fine-tuned)")
     parser.add_argument("--out", required=True, help="folder to write the Space app into")
     parser.add_argument("--repo-id", help="Hub repo of the model the Space loads (default: the local folder)")

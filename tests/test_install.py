@@ -84,3 +84,17 @@ def test_installed_commands_convert_a_source_and_write_its_card(installed):
     assert card.returncode == 0, card.stderr
     text = (tmp / "xpt" / "README.md").read_text(encoding="utf-8")
     assert text.startswith("---\n") and "license: mit" in text and "trust_remote_code=True" in text
+
+
+
+@pytest.mark.parametrize("command", sorted(tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]))
+def test_every_command_names_itself_in_its_usage(command, monkeypatch, capsys):
+    """`--help` of each installed command, run in this process through its entry point."""
+    import importlib
+
+    module, function = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"][command].split(":")
+    monkeypatch.setattr(sys, "argv", [command, "--help"])
+    with pytest.raises(SystemExit) as stop:
+        getattr(importlib.import_module(module), function)()
+    usage = capsys.readouterr().out
+    assert stop.value.code == 0 and usage.startswith(f"usage: {command} "), usage[:200]

@@ -444,7 +444,7 @@ def prepare(inputs: Sequence[str], out: str | Path, valid: float | int = 0.02, t
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tokenization.prepare_corpus",
+    p = argparse.ArgumentParser(prog="xpt-prepare-corpus",
                                 description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--input", action="append", required=True,

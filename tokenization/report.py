@@ -120,7 +120,7 @@ def format_table(rows: dict[str, dict]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tokenization.report", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="xpt-tokenizer-report", description=__doc__.split("\n\n")[0])
     p.add_argument("--tokenizer", required=True, help="trained Korean tokenizer folder")
     p.add_argument("--corpus", required=True, help="prepared corpus folder (test split used) or text/.jsonl file")
     p.add_argument("--source-tokenizer", default=None,

@@ -255,7 +255,7 @@ def _train(texts, vocab_size, family, out_dir, model, normalizer, model_max_leng
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tokenization.train_tokenizer", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="xpt-train-tokenizer", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--corpus", required=True,
                    help="prepared corpus folder (its train split is used) or a .txt/.jsonl[.gz] file or folder")

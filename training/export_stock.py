@@ -1,4 +1,5 @@
-"""Export an XPT folder (without adapters) as a stock BertForMaskedLM / RobertaForMaskedLM folder.
+"""Export an XPT folder (without adapters) as a stock `*ForMaskedLM` folder of its source family
+(BERT, RoBERTa, XLM-RoBERTa or ELECTRA).
 
     xpt-export-stock runs/xpt-ko runs/xpt-ko-stock
 
@@ -21,7 +22,7 @@ from tokenization.folders import check_output_folder
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="xpt-export-stock", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="xpt-export-stock", description=__doc__.split("\n\n")[0])
     parser.add_argument("model_dir", help="XPT model folder (post-trained or converted)")
     parser.add_argument("out", help="output folder for the stock model")
     parser.add_argument("--tolerance", type=float, default=1e-4, help="largest logit difference accepted in the check")

@@ -119,7 +119,7 @@ def start_run(config: PostTrainConfig) -> tuple[Accelerator, SpeedSettings, list
         raise RuntimeError(f"launched as {os.environ['WORLD_SIZE']} processes but Accelerate runs {world}")
     if world == 1 and os.environ.get("ACCELERATE_USE_CPU", "").lower() == "true" and "MASTER_ADDR" in os.environ:
         accelerator.print("note: `accelerate launch --cpu --num_processes N` starts ONE process unless mpirun is "
-                          "configured (accelerate issue #2741); for N CPU processes use "
+                          "configured (huggingface/accelerate#2741); for N CPU processes use "
                           "`accelerate launch --multi_gpu --num_processes N` (DDP over gloo) or torchrun")
     if speed.retain_memory and not retain_freed_memory():
         speed = replace(speed, retain_memory=False)  # malloc is not glibc's here: nothing to switch
