@@ -5,7 +5,7 @@ it imports nothing but `transformers`.
 """
 from __future__ import annotations
 
-from transformers import PretrainedConfig
+from transformers import PreTrainedConfig
 
 # Written into every config so that a saved folder loads through each Auto class with
 # `trust_remote_code=True`. `save_pretrained` would otherwise record only the saved class.
@@ -21,7 +21,7 @@ XPT_AUTO_MAP = {
 SUPPORTED_SOURCE_FAMILIES = ("bert", "roberta", "xlm-roberta", "electra")
 
 
-class XPTConfig(PretrainedConfig):
+class XPTConfig(PreTrainedConfig):
     r"""Configuration of an XPT encoder: a BERT/RoBERTa encoder whose word embeddings are replaced by
     target-language embeddings E_T, with Implicit Translation Layers (ITL) around the reused layers.
 
@@ -149,6 +149,11 @@ class XPTConfig(PretrainedConfig):
         """Rows of the embedding and decoder weights: `vocab_size` rounded up to `pad_vocab_to_multiple_of`."""
         multiple = max(1, self.pad_vocab_to_multiple_of)
         return -(-self.vocab_size // multiple) * multiple
+
+    @property
+    def head_dropout_prob(self) -> float:
+        """Dropout of the task heads: `classifier_dropout`, else `hidden_dropout_prob`."""
+        return self.classifier_dropout if self.classifier_dropout is not None else self.hidden_dropout_prob
 
     @property
     def num_total_layers(self) -> int:

@@ -13,18 +13,17 @@ Post-training trains E_T, the ITLs and b first (reused parameters frozen), then 
 parameter groups that phases refer to are named by parameter (`modeling_xpt.parameter_groups`, not
 part of the remote code).
 
-Hub remote code: this file imports only torch, public transformers API and `.configuration_xpt`,
-and has no side effects at import. Building a model from an English checkpoint and exporting it as a
-stock one are in the installed package (`modeling_xpt.conversion`), not here. Parameter names of a
-layer are those of a BERT/RoBERTa layer (`attention.self.query`, ..., `output.LayerNorm`), so
-weights map 1:1 onto stock checkpoints.
+Hub remote code: imports only torch, public transformers API and `.configuration_xpt`; no side
+effects at import. Conversion from an English checkpoint and export to a stock one live in the
+installed package (`modeling_xpt.conversion`). Layer parameter names are a BERT/RoBERTa layer's
+(`attention.self.query`, ..., `output.LayerNorm`), so weights map 1:1 onto stock checkpoints.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import AttentionInterface, GradientCheckpointingLayer, PreTrainedModel
+from transformers import GradientCheckpointingLayer, PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -33,6 +32,7 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .configuration_xpt import XPTConfig
 
@@ -67,8 +67,7 @@ class XPTEmbeddings(nn.Module):
             position_ids = position_ids_for(input_ids, self.config.pad_token_id, self.config.position_offset)
         embeddings = self.target_embeddings(input_ids) + self.position_embeddings(position_ids)
         if self.token_type_embeddings is not None:
-            if token_type_ids is None:
-                token_type_ids = torch.zeros_like(input_ids)
+            token_type_ids = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
             embeddings = embeddings + self.token_type_embeddings(token_type_ids)
         return self.dropout(self.LayerNorm(embeddings))
 
@@ -77,8 +76,8 @@ def eager_attention(module, query, key, value, attention_mask, dropout: float = 
     """dropout(softmax(Q K^T / sqrt(d_head) + mask)) V, written out as SDPA's math path computes it: scores,
     softmax and P V in fp32 (autocast off), the output cast back to the query's dtype. `query`, `key`,
     `value`: (batch, heads, length, d_head); `attention_mask`: boolean, True where attention is allowed.
-    Returns (output of shape (batch, length, heads, d_head), probabilities before dropout), the
-    convention of transformers' `AttentionInterface` functions."""
+    Returns (output (batch, length, heads, d_head), probabilities before dropout, which `output_attentions`
+    reports), the pair transformers' `AttentionInterface` functions return."""
     with torch.autocast(query.device.type, enabled=False):
         scores = torch.matmul(query.float() * query.shape[-1] ** -0.5, key.float().transpose(-1, -2))
         if attention_mask is not None:
@@ -98,8 +97,9 @@ class XPTSelfAttention(nn.Module):
     """Multi-head self-attention: softmax(Q K^T / sqrt(d_head) + mask) V, with dropout on the probabilities.
 
     `config._attn_implementation` picks the function: "sdpa" (default), "eager" (`eager_attention`; also
-    whenever `output_attentions=True`), or any name registered with transformers' `AttentionInterface`
-    (called with the same arguments, as transformers' own models call them).
+    whenever `output_attentions=True`), or any name registered with transformers' `AttentionInterface`,
+    called as `eager_attention` is (with the boolean mask of `expand_attention_mask`, not transformers'
+    additive masks). `model.set_attn_implementation(name)` switches it on a loaded model.
     """
 
     def __init__(self, config: XPTConfig):
@@ -121,8 +121,8 @@ class XPTSelfAttention(nn.Module):
         )
         implementation = "eager" if output_attentions else self.config._attn_implementation or "sdpa"
         attention = {"eager": eager_attention, "sdpa": sdpa_attention}.get(implementation)
-        if attention is None:
-            attention = AttentionInterface()[implementation]
+        if attention is None:  # a KeyError naming the implementation when it is not registered
+            attention = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention)
         context, probs = attention(self, q, k, v, attention_mask, dropout=self.dropout.p if self.training else 0.0,
                                    scaling=self.head_dim ** -0.5)
         return context.reshape(batch, length, self.num_heads * self.head_dim), probs
@@ -143,10 +143,8 @@ class XPTAdapter(nn.Module):
 
 
 class XPTResidualOutput(nn.Module):
-    """LayerNorm(dropout(W x + b) + residual), with an optional adapter before the residual sum.
-
-    Used after attention (BERT's `attention.output`) and after the feed-forward block (`output`).
-    """
+    """LayerNorm(dropout(W x + b) + residual), with an optional adapter before the residual sum: after
+    attention (BERT's `attention.output`) and after the feed-forward block (`output`)."""
 
     def __init__(self, config: XPTConfig, in_features: int, with_adapter: bool):
         super().__init__()
@@ -184,12 +182,9 @@ class XPTIntermediate(nn.Module):
 
 
 class XPTLayer(GradientCheckpointingLayer):
-    """One post-LN Transformer encoder layer, parameter-for-parameter a BERT/RoBERTa layer.
-
-    ITL_in and ITL_out are instances of this class too ("exactly the encoder-layer architecture").
-    With activation checkpointing switched on (transformers' `GradientCheckpointingLayer`), each
-    layer recomputes its activations in the backward pass while training.
-    """
+    """One post-LN Transformer encoder layer, parameter-for-parameter a BERT/RoBERTa layer; ITL_in and
+    ITL_out are instances of it too ("exactly the encoder-layer architecture"). With activation
+    checkpointing on (`GradientCheckpointingLayer`), it recomputes its activations in the backward pass."""
 
     def __init__(self, config: XPTConfig, with_adapter: bool = False):
         super().__init__()
@@ -230,20 +225,28 @@ class XPTEncoder(nn.Module):
 def expand_attention_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
     """Boolean (B, 1, T|1, T) mask, True where attention is allowed.
 
-    Accepts a (B, T) padding mask or a (B, T, T) / (B, 1, T, T) block mask (packed sequences:
-    each token attends within its own sequence). Every token may attend to itself, so a fully
-    masked row never turns SDPA's softmax into NaN. An all-ones padding mask becomes None, which
-    lets SDPA pick its fastest kernel.
+    Accepts a (B, T) padding mask or a boolean (B, T, T) / (B, 1, T, T) block mask (packed sequences:
+    each token attends within its own sequence); additive float masks are refused, not read backwards.
+    Every token may attend to itself, so a fully masked row never turns SDPA's softmax into NaN. An
+    all-ones padding mask becomes None (outside `torch.compile`): SDPA then picks its fastest kernel.
     """
     if attention_mask is None:
         return None
+    if attention_mask.dim() > 2 and attention_mask.dtype != torch.bool:
+        raise ValueError(f"a {attention_mask.dim()}-D attention_mask must be boolean (True = may attend), got "
+                         f"{attention_mask.dtype}; for an additive float mask pass `attention_mask == 0`")
     mask = attention_mask.bool()
     if mask.dim() == 2:
-        return None if bool(mask.all()) else mask[:, None, None, :]
+        return None if not torch.compiler.is_compiling() and bool(mask.all()) else mask[:, None, None, :]
     if mask.dim() == 3:
         mask = mask[:, None]
     eye = torch.eye(mask.shape[-1], dtype=torch.bool, device=mask.device)
     return mask | eye
+
+
+def per_call(value: bool | None, config_value) -> bool:
+    """A forward argument (`output_attentions`, `return_dict`, ...), else the config's value."""
+    return bool(value if value is not None else config_value)
 
 
 class XPTPreTrainedModel(PreTrainedModel):
@@ -269,10 +272,27 @@ class XPTPreTrainedModel(PreTrainedModel):
         if isinstance(module, XPTLMHead):
             nn.init.zeros_(module.bias)
 
+    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
+        """E_T (and the tied decoder) for a tokenizer of `new_num_tokens` tokens (`len(tokenizer)`): the weights
+        get that many rows rounded up to `pad_to_multiple_of` (default `config.pad_vocab_to_multiple_of`; new
+        rows initialised by transformers), `config.vocab_size` becomes `new_num_tokens`, and the MLM output
+        bias b follows (new tokens start at the mean of b with `mean_resizing`, else at 0)."""
+        if new_num_tokens is None:
+            return self.get_input_embeddings()
+        self.config.pad_vocab_to_multiple_of = pad_to_multiple_of or self.config.pad_vocab_to_multiple_of
+        old_vocab, self.config.vocab_size = self.config.vocab_size, new_num_tokens
+        embeddings = super().resize_token_embeddings(self.config.padded_vocab_size, None, mean_resizing)
+        self.config.vocab_size = self.vocab_size = new_num_tokens  # the parent sets them to the row count
+        if isinstance(getattr(self, "lm_head", None), XPTLMHead):
+            bias = self.lm_head.bias.data[: min(old_vocab, new_num_tokens)]
+            fill = float(bias.mean()) if mean_resizing else 0.0
+            self.lm_head.bias = nn.Parameter(torch.cat([bias, bias.new_full((len(embeddings.weight) - len(bias),), fill)]))
+        return embeddings
+
 
 class XPTModel(XPTPreTrainedModel):
     """The bare XPT encoder: embeddings with E_T, ITL_in, reused layers, ITL_out. No pooler: sentence
-    tasks use the first token through their own head, as RoBERTa does."""
+    heads pool the first token (as RoBERTa does) or the mean of the states (`classifier_pooling`)."""
 
     def __init__(self, config: XPTConfig):
         super().__init__(config)
@@ -295,13 +315,12 @@ class XPTModel(XPTPreTrainedModel):
         attention_mask: `(batch, length)` 1 for real tokens, 0 for padding; or a `(batch, length, length)`
             boolean block mask for packed sequences (then pass `position_ids` restarting per sequence).
         """
-        output_attentions = bool(output_attentions if output_attentions is not None else self.config.output_attentions)
-        output_hidden_states = bool(
-            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states)
+        output_attentions = per_call(output_attentions, self.config.output_attentions)
+        output_hidden_states = per_call(output_hidden_states, self.config.output_hidden_states)
         hidden_states = self.embeddings(input_ids, token_type_ids=token_type_ids, position_ids=position_ids)
         outputs = self.encoder(hidden_states, attention_mask=expand_attention_mask(attention_mask),
                                output_attentions=output_attentions, output_hidden_states=output_hidden_states)
-        return outputs if return_dict is not False else outputs.to_tuple()
+        return outputs if per_call(return_dict, self.config.return_dict) else outputs.to_tuple()
 
 
 class XPTLMHead(nn.Module):
@@ -313,7 +332,7 @@ class XPTLMHead(nn.Module):
 
     def __init__(self, config: XPTConfig):
         super().__init__()
-        self.vocab_size = config.vocab_size
+        self.config = config
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.act = ACT2FN[config.hidden_act]
         self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
@@ -322,7 +341,7 @@ class XPTLMHead(nn.Module):
 
     def forward(self, hidden_states):
         features = self.layer_norm(self.act(self.dense(hidden_states)))
-        return (self.decoder(features) + self.bias)[..., : self.vocab_size]
+        return (self.decoder(features) + self.bias)[..., : self.config.vocab_size]
 
 
 class XPTForMaskedLM(XPTPreTrainedModel):
@@ -352,14 +371,14 @@ class XPTForMaskedLM(XPTPreTrainedModel):
         """
         outputs = self.xpt(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                            position_ids=position_ids, output_attentions=output_attentions,
-                           output_hidden_states=output_hidden_states)
+                           output_hidden_states=output_hidden_states, return_dict=True)
         logits = self.lm_head(outputs.last_hidden_state)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100)
         output = MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
                                 attentions=outputs.attentions)
-        return output if return_dict is not False else output.to_tuple()
+        return output if per_call(return_dict, self.config.return_dict) else output.to_tuple()
 
 
 class XPTClassificationHead(nn.Module):
@@ -368,9 +387,8 @@ class XPTClassificationHead(nn.Module):
 
     def __init__(self, config: XPTConfig):
         super().__init__()
-        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(config.head_dropout_prob)
         self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
         self.pooling = config.classifier_pooling
 
@@ -379,7 +397,7 @@ class XPTClassificationHead(nn.Module):
             if attention_mask is not None and attention_mask.dim() != 2:
                 raise ValueError("classifier_pooling='mean' needs a (batch, length) padding mask, "
                                  f"got attention_mask of shape {tuple(attention_mask.shape)}")
-            weights = (torch.ones(hidden_states.shape[:2], device=hidden_states.device) if attention_mask is None
+            weights = (hidden_states.new_ones(hidden_states.shape[:2]) if attention_mask is None
                        else attention_mask.to(hidden_states.dtype))
             x = (hidden_states * weights.unsqueeze(-1)).sum(1) / weights.sum(1, keepdim=True).clamp(min=1)
         else:
@@ -390,8 +408,8 @@ class XPTClassificationHead(nn.Module):
 
 def sequence_classification_loss(logits, labels, config) -> torch.Tensor:
     """Regression (MSE), single-label (cross-entropy) or multi-label (BCE) loss, chosen from
-    `config.problem_type` and inferred as transformers' stock heads do when it is unset.
-    Written out because transformers exposes this logic only inside its own model classes."""
+    `config.problem_type` and inferred as transformers' stock heads do when it is unset. Written out
+    because transformers' `ForSequenceClassificationLoss` computes it in the logits' dtype; this one in fp32."""
     if config.problem_type is None:
         if config.num_labels == 1:
             config.problem_type = "regression"
@@ -418,12 +436,12 @@ class XPTForSequenceClassification(XPTPreTrainedModel):
                 output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
         outputs = self.xpt(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                            position_ids=position_ids, output_attentions=output_attentions,
-                           output_hidden_states=output_hidden_states)
+                           output_hidden_states=output_hidden_states, return_dict=True)
         logits = self.classifier(outputs.last_hidden_state, attention_mask)
         loss = sequence_classification_loss(logits, labels, self.config) if labels is not None else None
         output = SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
                                           attentions=outputs.attentions)
-        return output if return_dict is not False else output.to_tuple()
+        return output if per_call(return_dict, self.config.return_dict) else output.to_tuple()
 
 
 class XPTForTokenClassification(XPTPreTrainedModel):
@@ -431,8 +449,7 @@ class XPTForTokenClassification(XPTPreTrainedModel):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.xpt = XPTModel(config)
-        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(config.head_dropout_prob)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
@@ -440,14 +457,14 @@ class XPTForTokenClassification(XPTPreTrainedModel):
                 output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
         outputs = self.xpt(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                            position_ids=position_ids, output_attentions=output_attentions,
-                           output_hidden_states=output_hidden_states)
+                           output_hidden_states=output_hidden_states, return_dict=True)
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.view(-1, self.num_labels).float(), labels.view(-1), ignore_index=-100)
         output = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
                                        attentions=outputs.attentions)
-        return output if return_dict is not False else output.to_tuple()
+        return output if per_call(return_dict, self.config.return_dict) else output.to_tuple()
 
 
 class XPTForQuestionAnswering(XPTPreTrainedModel):
@@ -462,7 +479,7 @@ class XPTForQuestionAnswering(XPTPreTrainedModel):
                 return_dict=None, **kwargs):
         outputs = self.xpt(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                            position_ids=position_ids, output_attentions=output_attentions,
-                           output_hidden_states=output_hidden_states)
+                           output_hidden_states=output_hidden_states, return_dict=True)
         start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).split(1, dim=-1)
         start_logits, end_logits = start_logits.squeeze(-1).contiguous(), end_logits.squeeze(-1).contiguous()
         loss = None
@@ -475,14 +492,8 @@ class XPTForQuestionAnswering(XPTPreTrainedModel):
                     + F.cross_entropy(end_logits.float(), end, ignore_index=ignored)) / 2
         output = QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits,
                                               hidden_states=outputs.hidden_states, attentions=outputs.attentions)
-        return output if return_dict is not False else output.to_tuple()
+        return output if per_call(return_dict, self.config.return_dict) else output.to_tuple()
 
 
-__all__ = [
-    "XPTForMaskedLM",
-    "XPTForQuestionAnswering",
-    "XPTForSequenceClassification",
-    "XPTForTokenClassification",
-    "XPTModel",
-    "XPTPreTrainedModel",
-]
+__all__ = ["XPTForMaskedLM", "XPTForQuestionAnswering", "XPTForSequenceClassification", "XPTForTokenClassification",
+           "XPTModel", "XPTPreTrainedModel"]

@@ -193,6 +193,70 @@ def test_unknown_classifier_pooling_is_refused():
         XPTConfig(classifier_pooling="max")
 
 
+# ---------------------------------------------------------------- what users do with a loaded model
+
+
+def test_resizing_the_vocabulary_keeps_the_mlm_head_and_the_saved_folder_loadable(source, tok, tmp_path):
+    model = from_source(source, tok).eval()
+    old = model.config.vocab_size
+    bias = model.lm_head.bias.detach().clone()
+    for new in (old + 30, old - 7):  # add tokens (`len(tokenizer)` after add_tokens), then drop some
+        model.resize_token_embeddings(new)
+        assert model.config.vocab_size == new and model.config.padded_vocab_size % 64 == 0
+        assert model.get_input_embeddings().weight.shape[0] == model.config.padded_vocab_size >= new
+        assert model.lm_head.decoder.weight is model.get_input_embeddings().weight  # still tied to E_T
+        ids = torch.tensor([[2, 5, new - 1, 3]])
+        with torch.no_grad():
+            assert model(ids, labels=ids).logits.shape == (1, 4, new)
+    torch.testing.assert_close(model.lm_head.bias[: old - 7], bias[: old - 7])  # kept for the surviving tokens
+    model.save_pretrained(tmp_path)
+    reloaded = XPTForMaskedLM.from_pretrained(tmp_path).eval()
+    ids = torch.tensor([[2, 5, old - 8, 3]])
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(ids).logits, model(ids).logits)
+
+
+def test_mean_pooling_runs_in_bf16_without_an_attention_mask(source, tok, tmp_path):
+    from_source(source, tok).save_pretrained(tmp_path)
+    model = XPTForSequenceClassification.from_pretrained(tmp_path, num_labels=2, classifier_pooling="mean",
+                                                         dtype=torch.bfloat16).eval()
+    ids = tok(TEXTS[0], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        assert model(ids).logits.dtype == torch.bfloat16
+
+
+def test_set_attn_implementation_switches_a_loaded_model(source, tok):
+    from transformers import AttentionInterface
+    from modeling_xpt.modeling_xpt import sdpa_attention
+
+    calls = []
+
+    def counting(module, query, key, value, attention_mask, **kwargs):
+        calls.append(query.shape)
+        return sdpa_attention(module, query, key, value, attention_mask, **kwargs)
+
+    AttentionInterface.register("xpt_test_counting", counting)
+    model = from_source(source, tok).eval()
+    ids, mask, _ = random_batch(model.config)
+    with torch.no_grad():
+        expected = model(ids, attention_mask=mask).logits
+        model.set_attn_implementation("xpt_test_counting")
+        torch.testing.assert_close(model(ids, attention_mask=mask).logits, expected)
+    assert model.config._attn_implementation == "xpt_test_counting" and len(calls) == model.config.num_total_layers
+
+
+def test_a_float_block_mask_is_refused_and_return_dict_false_gives_tuples(source, tok):
+    model = from_source(source, tok).eval()
+    ids, mask, _ = random_batch(model.config)
+    additive = torch.zeros(ids.shape[0], ids.shape[1], ids.shape[1])
+    with pytest.raises(ValueError, match="3-D attention_mask must be boolean.*attention_mask == 0"):
+        model(ids, attention_mask=additive)
+    model.config.return_dict = False
+    with torch.no_grad():
+        out = model(ids, attention_mask=mask)
+    assert isinstance(out, tuple) and out[0].shape == (*ids.shape, model.config.vocab_size)
+
+
 # ---------------------------------------------------------------- save, fresh-process load, export
 
 FRESH_PROCESS = textwrap.dedent(
