@@ -5,6 +5,7 @@ its sentence out. The words themselves are in the template.
 """
 from __future__ import annotations
 
+import math
 import statistics
 
 from training.inputs import looks_like_hub_id
@@ -48,14 +49,15 @@ def fmt_duration(seconds) -> str:
     seconds = float(seconds)
     if seconds < 120:
         return f"{seconds:.1f} s"
-    hours, rest = divmod(seconds, 3600)
-    minutes = rest / 60
-    return f"{seconds:.0f} s ({int(hours)} h {minutes:.0f} min)" if hours else f"{seconds:.0f} s ({minutes:.1f} min)"
+    if seconds / 60 < 59.95:
+        return f"{seconds:.0f} s ({seconds / 60:.1f} min)"
+    hours, minutes = divmod(round(seconds / 60), 60)  # whole minutes first: 7,199 s is 2 h 0 min, not 1 h 60 min
+    return f"{seconds:.0f} s ({hours} h {minutes} min)"
 
 
 def is_number(value) -> bool:
-    """An int or float (not a bool): a value the card may report."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite int or float (not a bool): a value the card may report (a diverged NaN is not)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _formatted(value, fmt=str) -> str | None:
@@ -217,6 +219,10 @@ def results_facts(info: FolderInfo) -> dict:
 
     rows = [{"name": name, "final": cell(final.get(key), key), "valid": cell(valid.get(key), key)}
             for key, _, name in INTRINSIC_METRICS if is_number(final.get(key)) or is_number(valid.get(key))]
+    settings = record.config or {}
+    share = settings.get("mlm_probability")  # the run's masking, as post-training evaluated it
+    masked = (f"{100 * share:g}% of the tokens masked" + (" as whole words" if settings.get("whole_word_masking") else "")
+              if is_number(share) else "masked tokens")
     downstream = []
     for result in info.results:
         if not is_number(result.get("mean")) or (own and result is own and own.get("runs")):
@@ -230,7 +236,7 @@ def results_facts(info: FolderInfo) -> dict:
                            "scores": ", ".join(fmt_float(x, DOWNSTREAM_DIGITS) for x in scores if is_number(x)),
                            **_reads(result)})
     return {"seed_table": _seed_table(own) if own and own.get("runs") else None,
-            "intrinsic": {"split": split, "with_valid": with_valid, "rows": rows} if rows else None,
+            "intrinsic": {"split": split, "with_valid": with_valid, "rows": rows, "masked": masked} if rows else None,
             "downstream": downstream, "floors": _floor_methods(info.results)}
 
 

@@ -9,13 +9,13 @@ from pathlib import Path
 from .folder import CARD_FILE, FolderInfo, hub_source_id
 from .public import public_ref
 
-# Licences of English sources, by Hub id prefix (from each model's Hub page). A model made from one
-# of them carries its licence unless --license says otherwise; any other source must be given one.
+# Licences of English sources, by Hub id prefix (the `license` tag of each model's Hub page). A model
+# made from one of them carries its licence unless --license says otherwise; any other source (KLUE's
+# models among them: their pages carry no licence tag) must be given one.
 SOURCE_LICENSES = (
-    (("FacebookAI/roberta-", "roberta-", "FacebookAI/xlm-roberta-", "xlm-roberta-", "distilroberta-",
-      "distilbert/distilroberta-"), "mit"),
-    (("google-bert/", "bert-base-", "bert-large-", "google/electra-", "sentence-transformers/all-MiniLM-"), "apache-2.0"),
-    (("klue/roberta-", "klue/bert-"), "cc-by-sa-4.0"),
+    (("FacebookAI/roberta-", "roberta-", "FacebookAI/xlm-roberta-", "xlm-roberta-"), "mit"),
+    (("google-bert/", "bert-base-", "bert-large-", "google/electra-", "sentence-transformers/all-MiniLM-",
+      "distilroberta-", "distilbert/distilroberta-"), "apache-2.0"),
 )
 # `license_name` of a card whose weights have no known licence (its `license` is "other").
 UNSPECIFIED_LICENSE = "unspecified"

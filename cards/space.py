@@ -1,9 +1,9 @@
 """Write (and optionally run) a small Gradio demo Space for an XPT folder.
 
-    python -m cards.space runs/xpt-ko-4m --out runs/xpt-ko-4m-space [--repo-id org/xpt-ko-4m]
-    python -m cards.space runs/xpt-ko-4m --out runs/xpt-ko-4m-space --serve --port 7860
+    xpt-space runs/xpt-ko-4m --out runs/xpt-ko-4m-space [--repo-id org/xpt-ko-4m]
+    xpt-space runs/xpt-ko-4m --out runs/xpt-ko-4m-space --serve --port 7860
 
-The app folder holds `app.py` (Korean text in; top-k fill-mask predictions, or class
+The app folder holds `app.py` (text in the model's language in; top-k fill-mask predictions, or class
 probabilities for a fine-tuned classifier, out), `requirements.txt` and a `README.md` with the
 Space metadata (sdk gradio, app_file, models). Upload the folder as a Gradio Space. The model the
 app loads is `--repo-id` (a Hub repo; what a Space needs) or, without it, the folder's absolute
@@ -22,11 +22,12 @@ from pathlib import Path
 from training.inputs import looks_like_hub_id
 
 from .folder import inspect_folder, load_tokenizer
+from .language import language_name, resolve_language
 from .widgets import CLASSIFICATION_EXAMPLES, fill_mask_widgets
 
 REQUIREMENTS = ["torch>=2.4", "transformers>=5.17,<6", "tokenizers>=0.21", "safetensors>=0.4"]
 
-APP_TEMPLATE = '''"""Gradio demo of the Korean XPT model {model_label} (written by `python -m cards.space`).
+APP_TEMPLATE = '''"""Gradio demo of the {language} XPT model {model_label} (written by `xpt-space`).
 
 Task: {task}. Set XPT_MODEL to load another repo or a local folder.
 """
@@ -43,6 +44,7 @@ REVISION = None if os.environ.get("XPT_MODEL") else {revision!r}
 TASK = {task!r}
 TRUST_REMOTE_CODE = {trust!r}  # the XPT model code lives in the model repo (configuration_xpt.py, modeling_xpt.py)
 DEFAULT_TOP_K = {top_k!r}
+LANGUAGE = {language!r}
 EXAMPLES = {examples!r}
 
 pipe = pipeline(TASK, model=MODEL, revision=REVISION, trust_remote_code=TRUST_REMOTE_CODE)
@@ -52,7 +54,7 @@ MASK = pipe.tokenizer.mask_token
 def predict(text, top_k):
     text = (text or "").strip()
     if not text:
-        raise gr.Error("Type a Korean sentence.")
+        raise gr.Error(f"Type a {{LANGUAGE}} sentence.")
     top_k = int(top_k)
     if TASK == "fill-mask":
         if text.count(MASK) != 1:
@@ -66,14 +68,15 @@ def predict(text, top_k):
 
 
 HEADERS = ["rank", "token", "probability", "sentence"] if TASK == "fill-mask" else ["rank", "label", "probability"]
-INSTRUCTIONS = (f"Type a Korean sentence with **{{MASK}}** where a word is missing; the model ranks the tokens that "
-                f"fit." if TASK == "fill-mask" else "Type a Korean sentence; the model gives the probability of each class.")
+INSTRUCTIONS = (f"Type a {{LANGUAGE}} sentence with **{{MASK}}** where a word is missing; the model ranks the tokens "
+                f"that fit." if TASK == "fill-mask"
+                else f"Type a {{LANGUAGE}} sentence; the model gives the probability of each class.")
 
-with gr.Blocks(title="XPT Korean demo") as demo:
-    gr.Markdown(f"# Korean XPT encoder: {{TASK}}\\n\\nModel: `{{MODEL}}`. {{INSTRUCTIONS}}")
+with gr.Blocks(title=f"XPT {{LANGUAGE}} demo") as demo:
+    gr.Markdown(f"# {{LANGUAGE}} XPT encoder: {{TASK}}\\n\\nModel: `{{MODEL}}`. {{INSTRUCTIONS}}")
     with gr.Row():
         with gr.Column():
-            text = gr.Textbox(label="Korean text", value=EXAMPLES[0] if EXAMPLES else "", lines=2, elem_id="input-text")
+            text = gr.Textbox(label=f"{{LANGUAGE}} text", value=EXAMPLES[0] if EXAMPLES else "", lines=2, elem_id="input-text")
             top_k = gr.Slider(1, 20, value=DEFAULT_TOP_K, step=1, label="top-k", elem_id="top-k")
             button = gr.Button("Predict", variant="primary", elem_id="submit-button")
         with gr.Column():
@@ -100,19 +103,20 @@ def _gradio_version() -> str | None:
 
 
 def space_readme(*, title: str, model_ref: str, repo_id: str | None, task: str, license: str,
-                 sdk_version: str | None) -> str:
+                 sdk_version: str | None, language: str = "ko") -> str:
     from huggingface_hub import SpaceCard, SpaceCardData
 
+    name = language_name(language)
     data = SpaceCardData(title=title[:60], sdk="gradio", sdk_version=sdk_version, app_file="app.py",
-                         license=license, models=[repo_id] if repo_id else None, emoji="🇰🇷",
-                         colorFrom="blue", colorTo="red", pinned=False,
-                         short_description=f"Korean XPT encoder: {task} demo"[:60],
-                         tags=["xpt", "korean", task])
+                         license=license, models=[repo_id] if repo_id else None,
+                         emoji="🇰🇷" if language == "ko" else "🌐", colorFrom="blue", colorTo="red", pinned=False,
+                         short_description=f"{name} XPT encoder: {task} demo"[:60],
+                         tags=["xpt", name.lower(), task])
     body = [f"# {title}", "",
-            f"Gradio demo of the Korean XPT (cross-lingual post-training) model `{model_ref}`: "
+            f"Gradio demo of the {name} XPT (cross-lingual post-training) model `{model_ref}`: "
             + ("type a sentence with the mask token, get the top-k tokens that fit." if task == "fill-mask"
                else "type a sentence, get the class probabilities."), "",
-            "Written by `python -m cards.space`. The model code is loaded from the model repository with "
+            "Written by `xpt-space`. The model code is loaded from the model repository with "
             "`trust_remote_code=True`; the environment variable `XPT_MODEL` selects another model."]
     if not repo_id:
         body += ["", "**Before deploying**: this app points at a local folder; set `XPT_MODEL` (Space variable) "
@@ -155,22 +159,26 @@ def write_space(model_dir: str | Path, out: str | Path, *, repo_id: str | None =
     if task not in ("fill-mask", "text-classification"):
         raise ValueError(f"the demo supports fill-mask and text-classification models; {model_dir} is {task}")
     tokenizer = load_tokenizer(info.path)
-    examples = card_widget_texts(model_dir) or (
-        [w["text"] for w in fill_mask_widgets(tokenizer)] if task == "fill-mask" else list(CLASSIFICATION_EXAMPLES))
+    language = resolve_language(info)
+    # the card's widgets are in the model's language; the built-in examples are Korean
+    examples = card_widget_texts(model_dir) or ([] if language != "ko" else (
+        [w["text"] for w in fill_mask_widgets(tokenizer)] if task == "fill-mask" else list(CLASSIFICATION_EXAMPLES)))
     if repo_id and not looks_like_hub_id(repo_id):
         raise ValueError(f"repo id {repo_id!r} must look like ORG/NAME")
     model_ref = repo_id or str(info.path.resolve())
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     app = APP_TEMPLATE.format(model_label=repo_id or info.path.resolve().name, model_ref=model_ref, task=task,
+                              language=language_name(language),
                               revision=revision if repo_id else None,
                               trust=not info.is_stock, top_k=int(top_k), examples=examples)
     compile(app, "app.py", "exec")  # a template error must fail here, not in the Space
     (out / "app.py").write_text(app, encoding="utf-8")
     (out / "requirements.txt").write_text("\n".join(REQUIREMENTS) + "\n", encoding="utf-8")
-    title = f"XPT Korean {task}: {(repo_id or info.path.resolve().name).split('/')[-1]}"
+    title = f"XPT {language_name(language)} {task}: {(repo_id or info.path.resolve().name).split('/')[-1]}"
     (out / "README.md").write_text(space_readme(title=title, model_ref=model_ref, repo_id=repo_id, task=task,
-                                                license=license, sdk_version=sdk_version or _gradio_version()),
+                                                license=license, sdk_version=sdk_version or _gradio_version(),
+                                                language=language),
                                    encoding="utf-8")
     return out
 

@@ -924,6 +924,12 @@ def test_card_for_another_language_from_the_prepared_corpus(tmp_path):
     assert report.ok, report.format()
     pipe = pipeline("fill-mask", model=str(folder), trust_remote_code=True)
     assert all(len(pipe(w["text"], top_k=2)) == 2 for w in meta["widget"])
+    from cards.space import write_space
+
+    space = write_space(folder, tmp_path / "space", repo_id="org/xpt-ru")  # the demo speaks the model's language
+    app, space_card = (space / "app.py").read_text(encoding="utf-8"), (space / "README.md").read_text(encoding="utf-8")
+    assert "LANGUAGE = 'Russian'" in app and repr([w["text"] for w in meta["widget"]]) in app
+    assert "Korean" not in app + space_card and "russian" in front_matter(space / "README.md")["tags"]
 
     # given examples and an explicit language win; the validator takes any ISO 639 code, nothing else
     card = build_card(folder, license="mit", language="tha", widgets=["Дом у реки [MASK] ."])
@@ -1001,3 +1007,26 @@ def test_a_bare_word_start_answer_is_printed_visibly():
     from cards.push import visible_token
 
     assert visible_token("") == visible_token(" ") == "[word start]" and visible_token("영화") == "영화"
+
+
+def test_the_card_states_the_runs_own_masking_and_leaves_out_a_diverged_metric(xpt_dir, tmp_path):
+    folder = copy_folder(xpt_dir, tmp_path / "m")
+    summary = {**SUMMARY, "config": {"mlm_probability": 0.3, "whole_word_masking": True},
+               "final_metrics": {**SUMMARY["final_metrics"], "mrr": float("nan")}}
+    (folder / "training_summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    readme = write_card(folder, repo_id="org/xpt-ko-test")
+    body = readme.read_text(encoding="utf-8")
+    assert "on 30% of the tokens masked as whole words of the test split" in body and "15%" not in body
+    metrics = {m["type"] for entry in front_matter(readme)["model-index"] for r in entry["results"] for m in r["metrics"]}
+    assert "hits@1" in metrics and "mrr" not in metrics and "nan" not in body.lower()
+    assert fmt_duration(7199) == "7199 s (2 h 0 min)" and fmt_duration(150) == "150 s (2.5 min)"
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("FacebookAI/roberta-base", "mit"), ("xlm-roberta-large", "mit"), ("distilbert/distilroberta-base", "apache-2.0"),
+    ("google-bert/bert-base-cased", "apache-2.0"), ("klue/roberta-base", None), ("/data/my-bert", None),
+])
+def test_a_source_licence_is_the_one_its_hub_page_tags(source, expected):
+    from cards.licenses import source_license
+
+    assert source_license(source) == expected

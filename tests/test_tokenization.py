@@ -297,6 +297,15 @@ def test_gz_bz2_jsonl_and_glob_inputs_parse(tmp_path):
     assert not (out / "valid").exists()  # --valid 0: no (empty) split folder
 
 
+def test_files_saved_with_a_byte_order_mark_and_windows_line_ends_read_as_their_texts(tmp_path):
+    from tokenization.corpus_io import iter_file_texts
+
+    (tmp_path / "a.jsonl").write_bytes("\ufeff".encode() + b'{"text": "\xec\x98\x81\xed\x99\x94"}\r\n{"text": "b"}\r\n')
+    (tmp_path / "a.txt").write_bytes("\ufeff영화가 좋다\r\n둘째 줄\r\n".encode("utf-8"))
+    assert list(iter_file_texts(tmp_path / "a.jsonl")) == ["영화", "b"]
+    assert list(iter_file_texts(tmp_path / "a.txt")) == ["영화가 좋다", "둘째 줄"]
+
+
 def test_stats_on_fixture(tmp_path):
     kept = ["대한민국의 수도는 서울이다.", "나는 아침마다 공원에서 산책을 한다.", "이 영화는 정말 재미있었다!"]
     raw = (

@@ -55,6 +55,16 @@ def test_a_folder_with_files_is_kept_unless_overwrite_is_given(inputs, tmp_path,
     assert not (out / "training_summary.json").exists() and any(out.iterdir())  # nothing stale beside the new files
 
 
+def test_overwrite_never_deletes_the_corpus_a_glob_reads(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("\n".join(KOREAN_SENTENCES * 20) + "\n", encoding="utf-8")
+    refused = run("tokenization.prepare_corpus", "--input", f"{corpus}/*.txt", "--out", corpus, "--overwrite",
+                  "--no-progress", "--valid", 2, "--test", 2, "--min-chars", 2)
+    assert refused.returncode == 2 and "overlaps the input" in refused.stderr, refused.stderr
+    assert (corpus / "a.txt").is_file()
+
+
 def test_export_into_its_own_input_is_refused(inputs, tmp_path):
     model = tmp_path / "xpt"
     assert run("training.convert", "--source", inputs / "source", "--tokenizer", inputs / "tok",

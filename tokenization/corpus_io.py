@@ -68,7 +68,8 @@ def iter_lines(path: Path, bad: Utf8Counter | None = None) -> Iterator[str]:
     """Decoded lines of a (possibly compressed) text file, without the line break.
 
     A line with invalid UTF-8 bytes is skipped as a whole (decoding around bad bytes would glue
-    broken Hangul syllables into the corpus) and counted in ``bad``. When the file ends with more
+    broken Hangul syllables into the corpus) and counted in ``bad``. A UTF-8 byte-order mark at the
+    start is dropped. When the file ends with more
     skipped lines than read ones, it is refused (InputError): not UTF-8 text.
     """
     try:
@@ -87,7 +88,8 @@ def iter_lines(path: Path, bad: Utf8Counter | None = None) -> Iterator[str]:
                         bad.add(path, raw)
                     continue
                 read += 1
-                yield line.rstrip("\r\n")
+                # a byte-order mark (files saved by Windows editors) is no part of the first text
+                yield (line.removeprefix("\ufeff") if read == 1 else line).rstrip("\r\n")
         except (OSError, EOFError) as e:  # truncated/corrupt gzip, not gzip at all...
             raise InputError(f"{path}: cannot read ({e}); check that the file is complete and its "
                              f"compression matches its suffix") from None

@@ -17,15 +17,27 @@ def overlapping(a, b) -> bool:
     return a == b or a in b.parents or b in a.parents
 
 
+def local_input(read) -> Path | None:
+    """The local path behind an input: the path itself, or for a glob pattern (`corpus/*.txt`) the folder
+    above its first wildcard; None for what is not on this disk (Hub ids, `hf:` specs)."""
+    path = Path(read).expanduser()
+    if path.exists():
+        return path
+    for i, part in enumerate(path.parts):
+        if any(c in part for c in "*?["):
+            folder = Path(*path.parts[:i]) if i else Path(".")
+            return folder if folder.exists() else None
+    return None
+
+
 def check_output_folder(out, *, overwrite: bool, reads: Iterable = ()) -> None:
     """Before a command writes `out`: refuse a folder that is, contains or lies inside one of the folders
     or files it `reads`, and a folder that already holds files unless `overwrite` (then it is emptied
     first, so no file of an earlier run stays beside the new ones). Raises UserError (one line)."""
     target = Path(out).expanduser().resolve()
     for read in reads:
-        if read is None or not Path(read).expanduser().exists():
-            continue  # Hub ids and the like are not local inputs
-        if overlapping(out, read):
+        local = None if read is None else local_input(read)
+        if local is not None and overlapping(out, local):
             raise UserError(f"output {out} overlaps the input {read}: the command would write into what it "
                              "reads; choose another output folder")
     if target.is_file():

@@ -30,7 +30,8 @@ Split: each unique sentence gets a second keyed 64-bit hash (``--seed``). With c
 valid, the next ones to test, all others to train; a bounded heap keeps only those ``valid+test``
 candidates in memory. With fractions (``--valid 0.02``) a sentence goes to valid when its key
 falls below the fraction. Either way the split depends only on the sentence text and the seed,
-not on input order or machine: deterministic and stable when the corpus grows.
+not on input order or machine. With fractions a sentence keeps its split when the corpus grows;
+with counts, new sentences with smaller keys push some earlier valid/test sentences into train.
 
 Output (``datasets.load_dataset("json", data_dir=DIR)`` or ``load_dataset(DIR)`` loads it; the
 splits are ``train``, ``validation`` (folder ``valid``) and ``test``)::
