@@ -98,3 +98,41 @@ def test_every_command_names_itself_in_its_usage(command, monkeypatch, capsys):
         getattr(importlib.import_module(module), function)()
     usage = capsys.readouterr().out
     assert stop.value.code == 0 and usage.startswith(f"usage: {command} "), usage[:200]
+
+
+BAD_INPUTS = {  # command: arguments naming an input that does not exist (outputs under {tmp})
+    "xpt-prepare-corpus": "--input {tmp}/missing.txt --out {tmp}/out",
+    "xpt-train-tokenizer": "--corpus {tmp}/missing --vocab-size 100 --out {tmp}/out",
+    "xpt-tokenizer-report": "--tokenizer {tmp}/missing --corpus {tmp}/missing --out {tmp}/report.json",
+    "xpt-convert": "--source {tmp}/missing --tokenizer {tmp}/missing --out {tmp}/out",
+    "xpt-export-stock": "{tmp}/missing {tmp}/out",
+    "xpt-post-train": "--config {tmp}/missing.yaml",
+    "xpt-finetune": "--model {tmp}/missing --task nsmc --data-dir {tmp}/missing --output-dir {tmp}/out",
+    "xpt-learning-curve": "{tmp}/missing --task nsmc={tmp}/missing",
+    "xpt-study": "--spec {tmp}/missing.yaml --out {tmp}/out",
+    "xpt-compare": "{tmp}/missing --out {tmp}/out",
+    "xpt-card": "--model-dir {tmp}/missing",
+    "xpt-push": "--model-dir {tmp}/missing --repo-id org/x --dry-run",
+    "xpt-space": "{tmp}/missing --out {tmp}/out",
+}
+
+
+def test_every_command_is_covered_by_the_bad_input_check():
+    assert set(BAD_INPUTS) == set(tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"])
+
+
+@pytest.mark.parametrize("command", sorted(BAD_INPUTS))
+def test_every_installed_command_names_a_missing_input_in_one_line(command, tmp_path, monkeypatch, capsys):
+    """As the console script runs it (`sys.exit(entry_point())`): no traceback, one `error:` line naming the
+    missing path, exit 2 (1 for a push, where the Hub may be at fault)."""
+    import importlib
+
+    module, function = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"][command].split(":")
+    monkeypatch.setattr(sys, "argv", [command, *BAD_INPUTS[command].format(tmp=tmp_path).split()])
+    try:
+        code = getattr(importlib.import_module(module), function)()
+    except SystemExit as stop:
+        code = stop.code
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == (1 if command == "xpt-push" else 2), (code, lines)
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "missing" in lines[0], lines

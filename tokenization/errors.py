@@ -1,12 +1,13 @@
 """User-facing errors: one clear line naming the input and the fix, exit code 2, no traceback.
 
 The one home of that rule for the project's commands (tokenization, training, cards): each command's
-own error type derives from `UserError`, and each `main` reports it with `report_error` (or runs
-under `run_cli`); the model package has no command of its own. Nothing here imports more than the
+own error type derives from `UserError`, and each `main` reports it with `report_error` (or is a
+`command`, which runs it under `run_cli`); the model package has no command of its own. Nothing here imports more than the
 standard library, so every module can use it.
 """
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Callable, Sequence
 
@@ -47,3 +48,14 @@ def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[s
         print("interrupted", file=sys.stderr)
         return 130
     return int(rc or 0)
+
+
+def command(main: Callable[[Sequence[str] | None], int | None]) -> Callable[[Sequence[str] | None], int]:
+    """`main` as its installed script and `python -m` both run it: under `run_cli`, so a user error is one
+    line and exit 2 either way (console scripts call the entry point directly). `main.__wrapped__` raises."""
+
+    @functools.wraps(main)
+    def run(argv: Sequence[str] | None = None) -> int:
+        return run_cli(main, argv)
+
+    return run

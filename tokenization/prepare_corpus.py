@@ -65,7 +65,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from .corpus_io import COMPLETE_MARKER, SPLITS, Utf8Counter, iter_file_texts, iter_lines
-from .errors import InputError, run_cli
+from .errors import InputError, command
 from .korean_text import LANGUAGE_SCRIPTS, SCRIPTS, clean_paragraph, script_filter, split_sentences
 
 BUILD_DIR = ".building"
@@ -444,6 +444,7 @@ def prepare(inputs: Sequence[str], out: str | Path, valid: float | int = 0.02, t
     return stats
 
 
+@command
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="xpt-prepare-corpus",
                                 description=__doc__.split("\n\n")[0],
@@ -487,4 +488,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_cli(main))
+    raise SystemExit(main())

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .corpus_io import SPLITS, Utf8Counter, is_prepared_corpus, iter_corpus
-from .errors import InputError, run_cli
+from .errors import InputError, command
 
 
 def default_source_tokenizer() -> str:
@@ -119,6 +119,7 @@ def format_table(rows: dict[str, dict]) -> str:
     return "\n".join(out)
 
 
+@command
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="xpt-tokenizer-report", description=__doc__.split("\n\n")[0])
     p.add_argument("--tokenizer", required=True, help="trained Korean tokenizer folder")
@@ -171,4 +172,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_cli(main))
+    raise SystemExit(main())

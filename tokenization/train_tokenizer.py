@@ -62,7 +62,7 @@ from transformers import PreTrainedTokenizerFast
 from modeling_xpt.tokenizer_files import TRAINING_INFO, recorded_language, save_tokenizer
 
 from .corpus_io import Utf8Counter, iter_corpus
-from .errors import InputError, run_cli
+from .errors import InputError, command
 
 logger = logging.getLogger(__name__)
 
@@ -254,6 +254,7 @@ def _train(texts, vocab_size, family, out_dir, model, normalizer, model_max_leng
     return fast
 
 
+@command
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="xpt-train-tokenizer", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -322,4 +323,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_cli(main))
+    raise SystemExit(main())

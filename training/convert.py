@@ -20,7 +20,7 @@ from transformers import AutoTokenizer
 
 from modeling_xpt import from_source
 from modeling_xpt.tokenizer_files import recorded_language, save_model_folder
-from tokenization.errors import ConfigError, UserError, run_cli
+from tokenization.errors import ConfigError, UserError, command
 from tokenization.folders import check_output_folder
 from training.inputs import check_source_and_tokenizer
 
@@ -47,6 +47,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+@command
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
@@ -72,4 +73,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_cli(main))
+    sys.exit(main())

@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import torch
 from transformers import AutoTokenizer
 
 from modeling_xpt import XPTForMaskedLM, save_model_folder, to_stock
 from modeling_xpt.conversion import check_vocabulary
-from tokenization.errors import UserError, run_cli
+from tokenization.errors import UserError, command
 from tokenization.folders import check_output_folder
 
 
+@command
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="xpt-export-stock", description=__doc__.split("\n\n")[0])
     parser.add_argument("model_dir", help="XPT model folder (post-trained or converted)")
@@ -28,6 +30,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tolerance", type=float, default=1e-4, help="largest logit difference accepted in the check")
     parser.add_argument("--overwrite", action="store_true", help="replace the contents of an existing output folder")
     args = parser.parse_args(argv)
+    if not Path(args.model_dir).is_dir():
+        raise UserError(f"{args.model_dir}: no such folder (give a post-trained or converted XPT model folder)")
     check_output_folder(args.out, overwrite=args.overwrite, reads=(args.model_dir,))
 
     try:  # a folder that is not an XPT model, or whose tokenizer and embeddings disagree: one line
@@ -51,4 +55,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_cli(main))
+    sys.exit(main())
