@@ -253,6 +253,8 @@ def test_base_model_option_names_the_english_source_in_the_body(xpt_dir, tmp_pat
     assert "(English source: `sentence-transformers/all-MiniLM-L6-v2`)" in card.text
     stock = build_card(folder, variant="stock", custom_repo_id="org/xpt-ko")
     assert stock.data.to_dict()["base_model"] == "org/xpt-ko" and "English source model**: `org/xpt-ko`" not in stock.text
+    same_repo = build_card(folder, variant="stock", repo_id="org/xpt-ko", custom_repo_id="org/xpt-ko")  # another revision
+    assert same_repo.data.to_dict().get("base_model") != "org/xpt-ko"
 
 
 def test_a_cpu_trained_card_names_the_processor_and_its_class(xpt_dir, tmp_path):
