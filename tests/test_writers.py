@@ -55,6 +55,21 @@ def test_a_folder_with_files_is_kept_unless_overwrite_is_given(inputs, tmp_path,
     assert not (out / "training_summary.json").exists() and any(out.iterdir())  # nothing stale beside the new files
 
 
+def test_a_failed_overwrite_puts_the_earlier_contents_back(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "stats.json").write_text("earlier run")
+    (tmp_path / "short.txt").write_text("짧다.\n" * 50, encoding="utf-8")  # every sentence too short: no corpus
+    failed = run("tokenization.prepare_corpus", "--input", tmp_path / "short.txt", "--out", out, "--overwrite",
+                 "--no-progress", "--valid", 2, "--test", 2)
+    assert failed.returncode == 2 and len(failed.stderr.strip().splitlines()) == 1, failed.stderr
+    assert [p.name for p in out.iterdir()] == ["stats.json"] and (out / "stats.json").read_text() == "earlier run"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "short.txt"]  # nothing left aside
+    (tmp_path / ".out.replaced").mkdir()  # what a killed --overwrite run leaves: named, never deleted
+    refused = run("tokenization.prepare_corpus", "--input", tmp_path / "short.txt", "--out", out, "--overwrite")
+    assert refused.returncode == 2 and ".out.replaced holds what" in refused.stderr, refused.stderr
+
+
 def test_overwrite_never_deletes_the_corpus_a_glob_reads(tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()

@@ -7,6 +7,7 @@ standard library, so every module can use it.
 """
 from __future__ import annotations
 
+import contextvars
 import functools
 import sys
 from typing import Callable, Sequence
@@ -38,15 +39,39 @@ def report_error(error: BaseException) -> int:
     return getattr(error, "exit_code", 2)
 
 
+# What the running command must do when it ends, as (on success, on failure) pairs: `at_command_end`.
+_AT_END: contextvars.ContextVar[list | None] = contextvars.ContextVar("xpt_command_end", default=None)
+
+
+def at_command_end(on_success: Callable[[], None], on_failure: Callable[[], None]) -> bool:
+    """Have the running command (`run_cli`) call `on_success` when `main` returns, or `on_failure` when it
+    raises or is interrupted (e.g. folders.py's earlier contents of an --overwrite output: deleted, or put
+    back). False outside a command: nothing is registered."""
+    pending = _AT_END.get()
+    if pending is None:
+        return False
+    pending.append((on_success, on_failure))
+    return True
+
+
 def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> int:
-    """Run ``main(argv)``; a :class:`UserError` is reported in one line (exit 2), Ctrl-C is exit 130."""
+    """Run ``main(argv)``; a :class:`UserError` is reported in one line (exit 2), Ctrl-C is exit 130.
+    What `main` registered with `at_command_end` runs last, in reverse order."""
+    pending: list = []
+    token = _AT_END.set(pending)
+    succeeded = False
     try:
         rc = main(argv)
+        succeeded = not rc
     except UserError as e:
         return report_error(e)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        _AT_END.reset(token)
+        for on_success, on_failure in reversed(pending):
+            (on_success if succeeded else on_failure)()
     return int(rc or 0)
 
 

@@ -8,7 +8,7 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from tokenization.errors import UserError
+from tokenization.errors import UserError, at_command_end
 
 
 def overlapping(a, b) -> bool:
@@ -32,9 +32,15 @@ def local_input(read) -> Path | None:
 
 def check_output_folder(out, *, overwrite: bool, reads: Iterable = ()) -> None:
     """Before a command writes `out`: refuse a folder that is, contains or lies inside one of the folders
-    or files it `reads`, and a folder that already holds files unless `overwrite` (then it is emptied
-    first, so no file of an earlier run stays beside the new ones). Raises UserError (one line)."""
+    or files it `reads`, and a folder that already holds files unless `overwrite`. Then the earlier
+    contents are moved aside (`.NAME.replaced` beside it), so that no file of an earlier run stays beside
+    the new ones: deleted when the command succeeds, put back when it fails or is interrupted (outside a
+    `command`, deleted at once). Raises UserError (one line)."""
     target = Path(out).expanduser().resolve()
+    aside = target.with_name(f".{target.name}.replaced")
+    if aside.exists():
+        raise UserError(f"{aside} holds what {out} held before an --overwrite run that was killed: move it back "
+                        f"to {out} or delete it, then run again")
     for read in reads:
         local = None if read is None else local_input(read)
         if local is not None and overlapping(out, local):
@@ -46,4 +52,13 @@ def check_output_folder(out, *, overwrite: bool, reads: Iterable = ()) -> None:
         if not overwrite:
             raise UserError(f"output {out} already holds files; choose a new or empty folder, or pass "
                              "--overwrite to replace its contents")
-        shutil.rmtree(target)
+        target.rename(aside)
+        if not at_command_end(on_success=lambda: shutil.rmtree(aside, ignore_errors=True),
+                              on_failure=lambda: put_back(aside, target)):
+            shutil.rmtree(aside)
+
+
+def put_back(aside: Path, target: Path) -> None:
+    """`target` as it was before the failed command: what the command wrote there is removed."""
+    shutil.rmtree(target, ignore_errors=True)
+    aside.rename(target)
