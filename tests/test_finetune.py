@@ -692,6 +692,11 @@ def bad_input_case(case: str, tmp_path: Path) -> list[str]:
         task += ["--license", "mit"]
     elif case in ("seed count of zero", "seeds that are not numbers"):
         task += ["--seeds", "0" if case == "seed count of zero" else "one,two"]
+    elif case == "zero epochs":
+        task += ["--epochs", "0"]
+    elif case == "mean pooling with a LoRA adapter alone":
+        model = xpt_model_dir(tmp_path / "xpt", word_tokenizer("bert", KOREAN_WORDS))
+        task += ["--peft", "lora", "--pooling", "mean"]
     elif case == "output folder would replace the model":
         model = stock_model_dir(tmp_path / "out" / "model")
     return ["--model", str(model), *quick(), *task, "--data-dir", str(data), "--output-dir", str(tmp_path / "out")]
@@ -720,6 +725,8 @@ BAD_INPUT = {
     "sts loss without the bi-encoder": "--sts-loss mse trains the STS bi-encoder (--pair-encoding bi); nsmc is not",
     "seed count of zero": "--seeds 0: give a count >= 1 (3 runs seeds 0, 1, 2) or a comma-separated list",
     "seeds that are not numbers": "--seeds one,two: give a count >= 1",
+    "zero epochs": "--epochs 0: give at least 1",
+    "mean pooling with a LoRA adapter alone": "--pooling mean with --peft lora needs --merge",
 }
 
 
@@ -975,3 +982,21 @@ def test_push_after_training_uploads_or_says_how_to_retry(outcome, tmp_path, mon
         assert len(errors) == 1 and errors[0].startswith("error: " + message), errors
         assert f"The model is saved in {out / 'model'}; after fixing that, run `xpt-push --model-dir " \
                f"{out / 'model'} --repo-id org/xpt-toy-nsmc`" in errors[0]
+
+
+def test_a_dev_score_that_is_never_a_number_keeps_the_first_epoch(tmp_path, monkeypatch):
+    """A diverged run (NaN on dev every epoch) ends with its first epoch's weights, not a crash after training."""
+    tokenizer = word_tokenizer("bert", KOREAN_WORDS)
+    args = args_for(xpt_model_dir(tmp_path / "m", tokenizer), "nsmc", toy_sentiment_dir(tmp_path / "data"),
+                    tmp_path / "out", "--epochs", 2)
+    spec, splits, tokenizer, config, features = prepared(args)
+    monkeypatch.setattr(finetune, "evaluate_split", lambda *a, **k: {spec.metric: float("nan")})
+    run, _ = finetune.train_one_seed(args, spec, config, tokenizer, splits, features, 0, torch.device("cpu"), False)
+    assert run["best_epoch"] == 1 and len(run["epochs"]) == 2
+
+
+def test_a_task_file_saved_with_a_byte_order_mark_reads_its_header(tmp_path):
+    from training.tasks import _read_table
+
+    (tmp_path / "train.tsv").write_bytes("\ufeffsentence1\tsentence2\tscore\r\n나는\t간다\t2\r\n".encode("utf-8"))
+    assert _read_table(tmp_path / "train.tsv") == [{"sentence1": "나는", "sentence2": "간다", "score": "2"}]

@@ -224,7 +224,7 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
         # One line per epoch even without bars: a log of a long run shows where it is and how dev moves.
         tqdm.write(f"seed {seed} epoch {epoch}: train loss {np.mean(losses):.4f}, dev {spec.metric} "
                    f"{dev[spec.metric]:.2f} ({time.time() - started:.0f} s)")
-        if dev[spec.metric] > best_score:
+        if dev[spec.metric] > best_score or best_state is None:  # a NaN dev score still keeps its first epoch
             best_score, best_epoch, best_dev, stale = dev[spec.metric], epoch, dev, 0
             best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
         else:

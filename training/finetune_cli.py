@@ -191,6 +191,13 @@ def check_options(args, spec: TaskSpec) -> list[int]:
         raise TaskDataError(f"--max-length {args.max_length}: give at least 8 tokens")
     if args.max_grad_norm < 0:
         raise TaskDataError(f"--max-grad-norm {args.max_grad_norm}: give a norm > 0, or 0 for no clipping")
+    for flag, value in (("--epochs", args.epochs), ("--batch-size", args.batch_size)):
+        if value < 1:
+            raise TaskDataError(f"{flag} {value}: give at least 1")
+    if args.peft == "lora" and args.pooling == "mean" and not args.merge:
+        # the adapter reloads onto the base model's own config, which pools the first token
+        raise TaskDataError("--pooling mean with --peft lora needs --merge: a LoRA adapter alone reloads with "
+                            "first-token pooling; add --merge, or drop --pooling")
     seeds = parse_seeds(args.seeds)
     check_save_options(args)
     resolve_pair_encoding(args, spec)

@@ -196,7 +196,7 @@ def spec_from_cli(name: str, task_spec: str | None = None, task_type: str | None
 def _read_table(path: Path) -> list[dict[str, Any]]:
     if path.suffix in (".tsv", ".csv"):
         # Plain tab/comma splitting with no quote handling for TSV: review text contains bare quotes.
-        with path.open(encoding="utf-8", newline="") as handle:
+        with path.open(encoding="utf-8-sig", newline="") as handle:  # utf-8-sig: a Windows BOM is no part of the header
             if path.suffix == ".tsv":
                 reader = csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
             else:
