@@ -239,6 +239,13 @@ def test_trains_its_own_tokenizer_when_none_is_given(tiny, tmp_path):
     assert summary["tokenizer"] == str(out / "tokenizer") and (out / "tokenizer" / "tokenizer.json").is_file()
     ids = tok("서울은 한국의 수도 이다")["input_ids"]
     assert ids[0] == tok.cls_token_id and tok.unk_token_id not in ids
+    # a fresh run over that folder, its tokenizer from 10 sentences, trains its own, never the earlier run's
+    argv = [a for a in run_args(tiny, out, train_steps=3, phase1_steps=1, tokenizer_vocab_size=300,
+                                tokenizer_train_sentences=10, overwrite_output_dir="true")]
+    i = argv.index("--tokenizer")
+    del argv[i:i + 2]
+    run_inprocess(argv)
+    assert len(AutoTokenizer.from_pretrained(out / "tokenizer")) < len(tok)
 
 
 def test_push_to_hub_from_the_config_uploads_the_saved_folder(tiny, tmp_path, monkeypatch):

@@ -38,17 +38,20 @@ def _root_cause(error: BaseException) -> str:
 
 
 def get_tokenizer(config: PostTrainConfig, output_dir: Path, splits, source_fam: str | None, accelerator, log):
-    """The configured tokenizer, the one trained by an earlier (resumed) run, or a new one."""
+    """The configured tokenizer, the one trained by the run this one resumes, or a new one: a fresh run
+    never takes an earlier run's tokenizer from the folder, whose settings may differ from its own."""
     if config.tokenizer:
         path = resolve_local(config.tokenizer)
         return AutoTokenizer.from_pretrained(str(path) if path else config.tokenizer), config.tokenizer
     trained = output_dir / "tokenizer"
-    if accelerator.is_main_process and not (trained / "tokenizer_config.json").is_file():
+    resumed = config.resume is not None and (trained / "tokenizer_config.json").is_file()
+    if accelerator.is_main_process and not resumed:
         n = min(config.tokenizer_train_sentences, len(splits["train"]))
         log(f"training a {source_fam or 'roberta'} tokenizer (vocab {config.tokenizer_vocab_size}) on {n} train sentences")
         texts = splits["train"].select(range(n))["text"]
         tmp = output_dir / ".tmp-tokenizer"
         train_tokenizer(texts, config.tokenizer_vocab_size, family=source_fam or "roberta", out_dir=str(tmp))
+        shutil.rmtree(trained, ignore_errors=True)
         os.replace(tmp, trained)
     accelerator.wait_for_everyone()
     return AutoTokenizer.from_pretrained(str(trained)), str(trained)
