@@ -166,3 +166,12 @@ def test_max_steps_scales_every_phase():
     c = config_from_dict({"data": "x", "train_steps": 1000, "phase1_steps": 400, "warmup_steps": 100, "max_steps": 10})
     phases = c.resolved_phases()
     assert [p.steps for p in phases] == [4, 6] and all(p.warmup_steps <= p.steps for p in phases)
+
+
+@pytest.mark.parametrize("method", ["xpt", "xpt-sp", "scratch"])
+def test_warmup_is_capped_at_the_phase_for_every_method(method):
+    """The default 1,000 warmup steps in a 600-step run: every method runs (warmup = its phase), none is refused."""
+    c = config_from_dict({"data": "x", "method": method, "train_steps": 600, "phase1_steps": 200})
+    phases = c.resolved_phases()
+    assert sum(p.steps for p in phases) == 600 and all(p.warmup_steps == p.steps for p in phases)
+    validate_config(c)

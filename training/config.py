@@ -199,8 +199,8 @@ class PostTrainConfig:
                             self.early_stopping_patience),
             ]
         else:
-            phases = [PhaseConfig("train", ALL_GROUPS, self.train_steps, self.learning_rate, self.warmup_steps,
-                                  self.lr_schedule, self.early_stopping_patience)]
+            phases = [PhaseConfig("train", ALL_GROUPS, self.train_steps, self.learning_rate,
+                                  min(self.warmup_steps, self.train_steps), self.lr_schedule, self.early_stopping_patience)]
         if self.max_steps is not None:
             total = sum(p.steps for p in phases)
             if self.max_steps < total:
