@@ -1000,3 +1000,17 @@ def test_a_task_file_saved_with_a_byte_order_mark_reads_its_header(tmp_path):
 
     (tmp_path / "train.tsv").write_bytes("\ufeffsentence1\tsentence2\tscore\r\n나는\t간다\t2\r\n".encode("utf-8"))
     assert _read_table(tmp_path / "train.tsv") == [{"sentence1": "나는", "sentence2": "간다", "score": "2"}]
+
+
+def test_hold_out_dev_scores_on_the_dev_texts_and_selects_on_train_examples(tmp_path):
+    """`--hold-out-dev N`: the task's own dev split becomes test (texts a post-training corpus may lack), and train
+    is split into N dev examples and the rest; with --hold-out-test as well it is refused."""
+    data = toy_sentiment_dir(tmp_path / "data")
+    spec = get_task("nsmc")
+    plain = load_task_data(spec, data)
+    splits = load_task_data(spec, data, hold_out_dev=10)
+    assert splits["test"] == plain["dev"] and len(splits["dev"]) == 10 and len(splits["train"]) == 38
+    rows = [sorted(tuple(row.values()) for row in splits[name]) for name in ("train", "dev")]
+    assert sorted(rows[0] + rows[1]) == sorted(tuple(row.values()) for row in plain["train"])  # a partition of train
+    with pytest.raises(TaskDataError, match="give one of them"):
+        load_task_data(spec, data, hold_out_test=10, hold_out_dev=10)

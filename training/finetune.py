@@ -385,7 +385,7 @@ def fine_tune(args) -> dict[str, Any]:
             raise TaskDataError(f"metric {name!r} does not fit a {spec.task_type} task; use one of {list(allowed)}")
     check_reused_folder(args, seeds)
     splits = load_task_data(spec, args.data_dir, args.max_train_samples, args.max_eval_samples, args.data_seed,
-                            args.hold_out_test)
+                            args.hold_out_test, args.hold_out_dev)
     tokenizer, config = load_tokenizer_and_config(args.model, spec, args.trust_remote_code)
     post_training = post_training_info(args.model, args.post_training_method, args.post_training_sentences)
     check_publishable(args, spec, config, post_training)

@@ -55,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hold-out-test", type=int, default=0, metavar="N",
                    help="a task without a test split (NSMC here): hold N train examples out as its test split "
                         "(shuffled with --data-seed; the split the study holds out), before --max-train-samples")
+    p.add_argument("--hold-out-dev", type=int, default=0, metavar="N",
+                   help="a task without a test split: its dev split becomes the test split and N train examples "
+                        "(shuffled with --data-seed) become dev. For a model post-trained on text that may hold the "
+                        "task's train texts (the shared corpus holds NSMC's train reviews, not its dev reviews)")
     p.add_argument("--epochs", type=int, default=PAPER_DEFAULTS["epochs"], help="training epochs (the paper: 10 or 15)")
     p.add_argument("--batch-size", type=int, default=PAPER_DEFAULTS["batch_size"], help="training batch size")
     p.add_argument("--eval-batch-size", type=int, help="batch size of dev/test scoring (2 x --batch-size when omitted)")
@@ -259,7 +263,7 @@ def hyperparameters(args) -> dict[str, Any]:
     """The options results.json records under `hyperparameters`; `check_reused_folder` compares them too."""
     return {k: getattr(args, k) for k in ("batch_size", "learning_rate", "epochs", "warmup_ratio", "weight_decay",
                                           "max_length", "patience", "max_train_samples", "max_eval_samples",
-                                          "hold_out_test", "lora_r",
+                                          "hold_out_test", "hold_out_dev", "lora_r",
                                           "lora_alpha", "pooling", "pair_encoding", "sts_loss", "speed_paths")}
 
 

@@ -325,10 +325,12 @@ def load_hub(spec: TaskSpec, load_dataset: Callable | None = None) -> dict[str, 
 
 def load_task_data(spec: TaskSpec, data_dir: str | Path | None, max_train_samples: int | None = None,
                    max_eval_samples: int | None = None, data_seed: int = 0,
-                   hold_out_test: int = 0) -> dict[str, list[dict[str, Any]]]:
+                   hold_out_test: int = 0, hold_out_dev: int = 0) -> dict[str, list[dict[str, Any]]]:
     """Load and validate train/dev(/test) records; subsample with a fixed data seed (shared by all runs).
-    `hold_out_test`: a task without a test split gets one of this many train examples (the first after a
-    shuffle with `data_seed`, as the study holds one out), taken before the train subsample."""
+    A task without a test split gets one: `hold_out_test` train examples (the first after a shuffle with
+    `data_seed`, as the study holds one out), or, with `hold_out_dev`, its dev split, while that many train
+    examples become dev (for texts that a post-training corpus may hold: NSMC's train reviews are in the
+    shared corpus, its dev reviews are not). Both are taken before the train subsample."""
     if data_dir is not None:
         splits = load_local(spec, data_dir)
     elif spec.hub is not None:
@@ -345,15 +347,20 @@ def load_task_data(spec: TaskSpec, data_dir: str | Path | None, max_train_sample
             splits["dev"], splits["train"] = train[:cut], train[cut:]
     else:
         raise TaskDataError(f"task {spec.name!r} has no Hub dataset; pass --data-dir with train/dev files")
-    if hold_out_test:
+    held, into = (hold_out_dev, "dev") if hold_out_dev else (hold_out_test, "test")
+    if held:
+        if hold_out_test and hold_out_dev:
+            raise TaskDataError("--hold-out-test and --hold-out-dev both make a test split: give one of them")
         if "test" in splits:
-            raise TaskDataError(f"task {spec.name!r} already has a test split: drop --hold-out-test")
-        if len(splits["train"]) <= hold_out_test:
+            raise TaskDataError(f"task {spec.name!r} already has a test split: drop --hold-out-{into}")
+        if len(splits["train"]) <= held:
             raise TaskDataError(f"task {spec.name!r}: {len(splits['train'])} train examples, too few to hold out "
-                                f"{hold_out_test} as test")
+                                f"{held} as {into}")
         train = list(splits["train"])
         random.Random(data_seed).shuffle(train)
-        splits["test"], splits["train"] = train[:hold_out_test], train[hold_out_test:]
+        if hold_out_dev:
+            splits["test"] = splits["dev"]
+        splits[into], splits["train"] = train[:held], train[held:]
     for split, limit in (("train", max_train_samples), ("dev", max_eval_samples), ("test", max_eval_samples)):
         if limit is not None and split in splits and len(splits[split]) > limit:
             rows = splits[split][:]
