@@ -53,6 +53,20 @@ def test_a_resume_that_changes_the_run_is_refused_in_one_line(case, killed, tiny
     assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == ["checkpoint-2"]
 
 
+def test_a_resume_with_another_process_count_is_refused_in_one_line(killed, tiny, tmp_path):
+    _, cut = killed
+    folder = tmp_path / "cut"
+    shutil.copytree(cut, folder)
+    state_file = folder / "checkpoints" / "checkpoint-2" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    assert state["num_processes"] == 1  # recorded by the run
+    state_file.write_text(json.dumps({**state, "num_processes": 2}))  # as a two-process launch saves it
+    proc = run_subprocess(run_args(tiny, folder, **COMMON) + ["--resume", "latest"], check=False)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
+    assert "trained by 2 process(es), this run has 1" in lines[0] and "--num_processes 2" in lines[0]
+
+
 def test_a_harmless_change_resumes_exactly_and_is_recorded(killed, tiny, tmp_path):
     full, cut = killed
     folder = tmp_path / "cut"

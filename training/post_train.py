@@ -118,6 +118,7 @@ class RunState:
     valid_history: list[dict] = field(default_factory=list)  # every evaluation on valid
     settings: dict | None = None  # the run's PostTrainConfig.to_dict(), checked when it is resumed
     setting_changes: list[dict] = field(default_factory=list)  # allowed changes on resume (RunRecord)
+    num_processes: int | None = None  # the processes that trained it: a checkpoint resumes with as many
 
     @classmethod
     def from_checkpoint(cls, checkpoint: Path) -> RunState:
@@ -201,7 +202,7 @@ def run_post_training(config: PostTrainConfig, on_step_end: Callable[[RunState],
         return RunRecord.read(output_dir)
     resume_from = resume_point(config, accelerator.print)
     state = RunState.from_checkpoint(resume_from) if resume_from else RunState()
-    check_resumed_settings(config, state, resume_from, accelerator.print)
+    check_resumed_settings(config, state, resume_from, accelerator.print, accelerator.num_processes)
     set_seed(config.seed)
     run = prepare_run(config, accelerator, speed, trackers, resume_from, state, clock)
     progress = tqdm(total=sum(p.steps for p in run.phases), initial=state.step,

@@ -147,9 +147,16 @@ def claim_output_dir(config: PostTrainConfig, accelerator: Accelerator) -> None:
     accelerator.wait_for_everyone()
 
 
-def check_resumed_settings(config: PostTrainConfig, state, resume_from: Path | None, log) -> None:
+def check_resumed_settings(config: PostTrainConfig, state, resume_from: Path | None, log, world_size: int = 1) -> None:
     """A resumed run must have the settings it was started with, except those that cannot change the
-    numbers (`training.config_checks.resume_changes`); those changes are recorded with the step they start after."""
+    numbers (`training.config_checks.resume_changes`); those changes are recorded with the step they start after.
+    It must also run as many processes: a checkpoint holds their wrapped model and random states."""
+    trained_by = state.num_processes
+    if resume_from is not None and trained_by not in (None, world_size):
+        raise ConfigError("resume", f"{resume_from} was trained by {trained_by} process(es), this run has {world_size}: "
+                          f"resume it with {trained_by} (accelerate launch --num_processes {trained_by}), or start a "
+                          "new run in another --output-dir")
+    state.num_processes = world_size
     now = json.loads(json.dumps(config.to_dict()))  # as saved in the checkpoint (tuples as lists)
     if resume_from is not None and state.settings is None:
         log(f"note: {resume_from} holds no record of its settings (written by an earlier version); they are not "
