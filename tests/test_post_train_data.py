@@ -246,6 +246,16 @@ def test_batch_schedule_is_a_function_of_the_step():
     assert len(rows) == 8
 
 
+def test_rows_left_out_of_a_length_grouped_epoch_are_random_not_the_shortest():
+    """1,007 rows in batches of 8 (windows of 400 rows): 7 sit out each epoch. Grouped by length, they must be
+    the permutation's random 7 (as without grouping), not the 7 shortest of the last window, never trained."""
+    schedule = BatchSchedule(1007, 8, seed=3, lengths=list(range(1007)))  # row i has length i
+    for epoch in range(3):
+        used = np.concatenate([schedule.global_batch_rows(epoch * 125 + i)[1] for i in range(125)])
+        left_out = set(range(1007)) - set(used.tolist())
+        assert len(used) == 1000 and left_out == set(np.random.default_rng([3, epoch]).permutation(1007)[1000:].tolist())
+
+
 def test_word_order_shuffle_keeps_masked_and_special_tokens_and_sentences():
     from training.mlm_batches import shuffle_word_order
 

@@ -42,10 +42,10 @@ class BatchSchedule:
             order = rng.permutation(self.num_rows)
             if self.lengths is not None:
                 lengths = np.asarray(self.lengths)
-                window = 50 * self.global_batch
+                window, used = 50 * self.global_batch, self.steps_per_epoch * self.global_batch
                 batches = []
-                for w in range(0, self.steps_per_epoch * self.global_batch, window):
-                    chunk = order[w:w + window]
+                for w in range(0, used, window):  # the rows past `used` (a random few) sit this epoch out,
+                    chunk = order[w:min(w + window, used)]  # not the shortest of the last window
                     chunk = chunk[np.argsort(-lengths[chunk], kind="stable")]
                     batches += [chunk[i:i + self.global_batch] for i in range(0, len(chunk), self.global_batch)
                                 if len(chunk[i:i + self.global_batch]) == self.global_batch]
