@@ -69,3 +69,9 @@ def test_compare_cli_and_errors(result_dirs, tmp_path):
     bad.write_text(json.dumps({"task": "nsmc"}))
     assert compare.main([str(bad), "--out", str(tmp_path / "x")]) == 2
     assert compare.main([str(tmp_path / "missing"), "--out", str(tmp_path / "x")]) == 2
+
+
+def test_rows_scored_on_different_splits_are_separate_series():
+    rows = [{"method": "xpt", "peft": None, "split": "test"}, {"method": "xpt", "peft": None, "split": "dev"}]
+    labels = {compare.series_label(row, mixed_splits=True) for row in rows}
+    assert labels == {"xpt [test]", "xpt [dev]"} and compare.series_label(rows[0], mixed_splits=False) == "xpt"

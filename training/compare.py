@@ -136,8 +136,9 @@ def plot_task(task: str, rows: list[dict[str, Any]], out: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
     series = defaultdict(list)
     references = []
+    splits = sorted({row["split"] for row in rows})
     for row in rows:
-        label = row["method"] + (f" + {row['peft']}" if row["peft"] else "")
+        label = series_label(row, len(splits) > 1)
         (series[label] if row["sentences"] else references).append(row if row["sentences"] else (label, row))
     sizes = sorted({r["sentences"] for r in rows if r["sentences"]})
     for label in sorted(series):
@@ -148,7 +149,13 @@ def plot_task(task: str, rows: list[dict[str, Any]], out: Path) -> Path:
         name = Path(row["model"]).name
         ax.axhline(row["mean"], linestyle="--", linewidth=1, color="gray",
                    label=label if name in (label, "-") else f"{label} ({name})")
-    return save_size_plot(fig, ax, sizes, f"{rows[0]['metric']} ({rows[0]['split']})", task, out / f"{task}.png")
+    return save_size_plot(fig, ax, sizes, f"{rows[0]['metric']} ({', '.join(splits)})", task, out / f"{task}.png")
+
+
+def series_label(row: dict[str, Any], mixed_splits: bool) -> str:
+    """A plot's legend entry for a row: its method (and PEFT), and its split where a task's rows were scored
+    on different splits (a held-out test split beside dev scores), which one axis must not merge."""
+    return row["method"] + (f" + {row['peft']}" if row["peft"] else "") + (f" [{row['split']}]" if mixed_splits else "")
 
 
 def save_size_plot(fig, ax, sizes: list[int], ylabel: str, title: str, path: Path) -> Path:
