@@ -165,8 +165,9 @@ def build_card_from(info: FolderInfo, tokenizer, *, repo_id: str | None = None, 
 
     variant = variant or ("stock" if info.is_stock else "custom")
     english_source = base_model  # the option names the English source; a stock export's base_model may be its XPT repo
-    if variant == "stock" and custom_repo_id and not base_model and custom_repo_id.split("@")[0] != repo_id:
-        base_model = custom_repo_id.split("@")[0]  # not when both live in one repo: a model is not its own base
+    custom_repo = custom_repo_id.split("@")[0] if custom_repo_id else None
+    if variant == "stock" and custom_repo and not base_model and custom_repo != repo_id:
+        base_model = custom_repo  # not when both live in one repo: a model is not its own base
     license = resolve_license(info, license, required=require_license, base_model=base_model)
     language = resolve_language(info, language)
     lang = language_name(language)

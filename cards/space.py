@@ -160,6 +160,7 @@ def write_space(model_dir: str | Path, out: str | Path, *, repo_id: str | None =
         raise ValueError(f"the demo supports fill-mask and text-classification models; {model_dir} is {task}")
     tokenizer = load_tokenizer(info.path)
     language = resolve_language(info)
+    name = language_name(language)
     # the card's widgets are in the model's language; the built-in examples are Korean
     examples = card_widget_texts(model_dir) or ([] if language != "ko" else (
         [w["text"] for w in fill_mask_widgets(tokenizer)] if task == "fill-mask" else list(CLASSIFICATION_EXAMPLES)))
@@ -169,13 +170,13 @@ def write_space(model_dir: str | Path, out: str | Path, *, repo_id: str | None =
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     app = APP_TEMPLATE.format(model_label=repo_id or info.path.resolve().name, model_ref=model_ref, task=task,
-                              language=language_name(language),
+                              language=name,
                               revision=revision if repo_id else None,
                               trust=not info.is_stock, top_k=int(top_k), examples=examples)
     compile(app, "app.py", "exec")  # a template error must fail here, not in the Space
     (out / "app.py").write_text(app, encoding="utf-8")
     (out / "requirements.txt").write_text("\n".join(REQUIREMENTS) + "\n", encoding="utf-8")
-    title = f"XPT {language_name(language)} {task}: {(repo_id or info.path.resolve().name).split('/')[-1]}"
+    title = f"XPT {name} {task}: {(repo_id or info.path.resolve().name).split('/')[-1]}"
     (out / "README.md").write_text(space_readme(title=title, model_ref=model_ref, repo_id=repo_id, task=task,
                                                 license=license, sdk_version=sdk_version or _gradio_version(),
                                                 language=language),

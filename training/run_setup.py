@@ -147,7 +147,7 @@ def claim_output_dir(config: PostTrainConfig, accelerator: Accelerator) -> None:
     accelerator.wait_for_everyone()
 
 
-def check_resumed_settings(config: PostTrainConfig, state, resume_from: Path | None, log, world_size: int = 1) -> None:
+def check_resumed_settings(config: PostTrainConfig, state, resume_from: Path | None, log, world_size: int) -> None:
     """A resumed run must have the settings it was started with, except those that cannot change the
     numbers (`training.config_checks.resume_changes`); those changes are recorded with the step they start after.
     It must also run as many processes: a checkpoint holds their wrapped model and random states."""
