@@ -36,14 +36,15 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .configuration_xpt import XPTConfig
 
-def position_ids_for(input_ids: torch.Tensor, pad_token_id: int | None, position_offset: int) -> torch.Tensor:
-    """Position ids of the source family.
+def position_ids_for(input_ids, words: torch.Tensor, pad_token_id: int | None, position_offset: int) -> torch.Tensor:
+    """Position ids of the source family for `words`, the (batch, length, hidden) word embeddings.
 
-    BERT (`position_offset == 0`): 0, 1, 2, ... RoBERTa: real tokens are numbered from
-    `position_offset` and padding tokens get `position_offset - 1` (its padding index).
+    BERT (`position_offset == 0`): 0, 1, 2, ... RoBERTa: real tokens are numbered from `position_offset`
+    and padding tokens get `position_offset - 1` (its padding index). Where padding cannot be read (no
+    `input_ids`, only `inputs_embeds`), every token counts from `position_offset`, as in transformers' RoBERTa.
     """
-    if position_offset == 0 or pad_token_id is None:
-        return torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
+    if input_ids is None or position_offset == 0 or pad_token_id is None:
+        return torch.arange(words.shape[1], device=words.device).expand(words.shape[:2]) + position_offset
     real = input_ids.ne(pad_token_id).int()
     return (torch.cumsum(real, dim=1) * real + (position_offset - 1)).long()
 
@@ -56,18 +57,21 @@ class XPTEmbeddings(nn.Module):
         self.config = config
         self.target_embeddings = nn.Embedding(config.padded_vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
-        self.token_type_embeddings = (
-            nn.Embedding(config.type_vocab_size, config.hidden_size) if config.type_vocab_size > 0 else None
-        )
+        types = config.type_vocab_size
+        self.token_type_embeddings = nn.Embedding(types, config.hidden_size) if types > 0 else None
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, input_ids, token_type_ids=None, position_ids=None):
+    def forward(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None):
+        """`inputs_embeds` (batch, length, hidden), when given instead of `input_ids`, replaces E_T[x]."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids and inputs_embeds")
+        words = self.target_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
         if position_ids is None:
-            position_ids = position_ids_for(input_ids, self.config.pad_token_id, self.config.position_offset)
-        embeddings = self.target_embeddings(input_ids) + self.position_embeddings(position_ids)
+            position_ids = position_ids_for(input_ids, words, self.config.pad_token_id, self.config.position_offset)
+        embeddings = words + self.position_embeddings(position_ids)
         if self.token_type_embeddings is not None:
-            token_type_ids = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+            token_type_ids = torch.zeros_like(position_ids) if token_type_ids is None else token_type_ids
             embeddings = embeddings + self.token_type_embeddings(token_type_ids)
         return self.dropout(self.LayerNorm(embeddings))
 
@@ -306,18 +310,19 @@ class XPTModel(XPTPreTrainedModel):
     def set_input_embeddings(self, value):
         self.embeddings.target_embeddings = value
 
-    def forward(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
+    def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.LongTensor | None = None, position_ids: torch.LongTensor | None = None,
-                output_attentions: bool | None = None, output_hidden_states: bool | None = None,
-                return_dict: bool | None = None, **kwargs) -> BaseModelOutput | tuple:
+                inputs_embeds: torch.FloatTensor | None = None, output_attentions: bool | None = None,
+                output_hidden_states: bool | None = None, return_dict: bool | None = None,
+                **kwargs) -> BaseModelOutput | tuple:
         r"""
-        input_ids: `(batch, length)` token ids of the target tokenizer.
+        input_ids: `(batch, length)` token ids of the target tokenizer (or `inputs_embeds`, rows of E_T).
         attention_mask: `(batch, length)` 1 for real tokens, 0 for padding; or a `(batch, length, length)`
             boolean block mask for packed sequences (then pass `position_ids` restarting per sequence).
         """
         output_attentions = per_call(output_attentions, self.config.output_attentions)
         output_hidden_states = per_call(output_hidden_states, self.config.output_hidden_states)
-        hidden_states = self.embeddings(input_ids, token_type_ids=token_type_ids, position_ids=position_ids)
+        hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
         outputs = self.encoder(hidden_states, attention_mask=expand_attention_mask(attention_mask),
                                output_attentions=output_attentions, output_hidden_states=output_hidden_states)
         return outputs if per_call(return_dict, self.config.return_dict) else outputs.to_tuple()
@@ -359,19 +364,18 @@ class XPTForMaskedLM(XPTPreTrainedModel):
     def set_output_embeddings(self, new_embeddings):
         self.lm_head.decoder = new_embeddings
 
-    def forward(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
+    def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.LongTensor | None = None, position_ids: torch.LongTensor | None = None,
-                labels: torch.LongTensor | None = None, output_attentions: bool | None = None,
-                output_hidden_states: bool | None = None, return_dict: bool | None = None,
-                **kwargs) -> MaskedLMOutput | tuple:
+                labels: torch.LongTensor | None = None, inputs_embeds: torch.FloatTensor | None = None,
+                output_attentions: bool | None = None, output_hidden_states: bool | None = None,
+                return_dict: bool | None = None, **kwargs) -> MaskedLMOutput | tuple:
         r"""
         labels: `(batch, length)` target ids at masked positions, -100 elsewhere; `loss` is the mean
             cross-entropy over the masked positions (Eq. 5). `logits` is `(batch, length, vocab_size)`
             as in every transformers masked LM.
         """
-        outputs = self.xpt(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                           position_ids=position_ids, output_attentions=output_attentions,
-                           output_hidden_states=output_hidden_states, return_dict=True)
+        outputs = self.xpt(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
+                           output_hidden_states, return_dict=True)
         logits = self.lm_head(outputs.last_hidden_state)
         loss = None
         if labels is not None:
@@ -432,11 +436,10 @@ class XPTForSequenceClassification(XPTPreTrainedModel):
         self.classifier = XPTClassificationHead(config)
         self.post_init()
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, labels=None,
-                output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
-        outputs = self.xpt(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                           position_ids=position_ids, output_attentions=output_attentions,
-                           output_hidden_states=output_hidden_states, return_dict=True)
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, labels=None,
+                inputs_embeds=None, output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
+        outputs = self.xpt(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
+                           output_hidden_states, return_dict=True)
         logits = self.classifier(outputs.last_hidden_state, attention_mask)
         loss = sequence_classification_loss(logits, labels, self.config) if labels is not None else None
         output = SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
@@ -453,11 +456,10 @@ class XPTForTokenClassification(XPTPreTrainedModel):
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, labels=None,
-                output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
-        outputs = self.xpt(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                           position_ids=position_ids, output_attentions=output_attentions,
-                           output_hidden_states=output_hidden_states, return_dict=True)
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, labels=None,
+                inputs_embeds=None, output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
+        outputs = self.xpt(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
+                           output_hidden_states, return_dict=True)
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
         loss = None
         if labels is not None:
@@ -474,14 +476,12 @@ class XPTForQuestionAnswering(XPTPreTrainedModel):
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                start_positions=None, end_positions=None, output_attentions=None, output_hidden_states=None,
-                return_dict=None, **kwargs):
-        outputs = self.xpt(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                           position_ids=position_ids, output_attentions=output_attentions,
-                           output_hidden_states=output_hidden_states, return_dict=True)
-        start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).split(1, dim=-1)
-        start_logits, end_logits = start_logits.squeeze(-1).contiguous(), end_logits.squeeze(-1).contiguous()
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                start_positions=None, end_positions=None, inputs_embeds=None, output_attentions=None,
+                output_hidden_states=None, return_dict=None, **kwargs):
+        outputs = self.xpt(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
+                           output_hidden_states, return_dict=True)
+        start_logits, end_logits = (x.contiguous() for x in self.qa_outputs(outputs.last_hidden_state).unbind(-1))
         loss = None
         if start_positions is not None and end_positions is not None:
             # Answers outside the (truncated) input point at an ignored index, as in transformers' QA heads.

@@ -257,6 +257,35 @@ def test_a_float_block_mask_is_refused_and_return_dict_false_gives_tuples(source
     assert isinstance(out, tuple) and out[0].shape == (*ids.shape, model.config.vocab_size)
 
 
+def test_inputs_embeds_give_the_logits_of_their_ids_and_peft_prompt_tuning_trains_on_them(source, tok, tmp_path):
+    model = from_source(source, tok).eval()
+    ids = tok(TEXTS[1], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        torch.testing.assert_close(model(inputs_embeds=model.get_input_embeddings()(ids)).logits, model(ids).logits)
+    for both_or_neither in ({"input_ids": ids, "inputs_embeds": model.get_input_embeddings()(ids)}, {}):
+        with pytest.raises(ValueError, match="exactly one of input_ids and inputs_embeds"):
+            model(**both_or_neither)
+    # PEFT finds the word embeddings by their row count, so this needs E_T without padding rows
+    model.save_pretrained(tmp_path)
+    classifier = XPTForSequenceClassification.from_pretrained(tmp_path, num_labels=2, classifier_pooling="mean")
+    classifier.resize_token_embeddings(len(tok), pad_to_multiple_of=1)
+    from peft import PromptTuningConfig, TaskType, get_peft_model
+    prompted = get_peft_model(classifier, PromptTuningConfig(task_type=TaskType.SEQ_CLS, num_virtual_tokens=4))
+    frozen = classifier.xpt.encoder.layer[0].output.dense.weight.clone()
+    prompt = prompted.prompt_encoder["default"].embedding.weight
+    prompt_before = prompt.detach().clone()
+    optimizer = torch.optim.AdamW([p for p in prompted.parameters() if p.requires_grad], lr=0.01)
+    batch, labels = padded_batch(tok, TEXTS[:2]), torch.tensor([0, 1])
+    losses = []
+    for _ in range(8):
+        loss = prompted(**batch, labels=labels).loss
+        loss.backward(), optimizer.step(), optimizer.zero_grad()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0], losses
+    torch.testing.assert_close(classifier.xpt.encoder.layer[0].output.dense.weight, frozen, atol=0, rtol=0)
+    assert not torch.equal(prompt.detach(), prompt_before)  # the virtual tokens reached the encoder as inputs_embeds
+
+
 # ---------------------------------------------------------------- save, fresh-process load, export
 
 FRESH_PROCESS = textwrap.dedent(
