@@ -19,7 +19,7 @@ from .folder import PACKAGE_HUB_IDS, hub_source_id
 # Absolute paths under the usual roots of user, temporary and mounted data (POSIX and Windows),
 # not preceded by a URL or word character (so "https://huggingface.co/org/x" is not one).
 _ABSOLUTE = re.compile(r"(?<![\w:/.~-])(?:/(?:home|Users|tmp|root|work|mnt|data|var|private|opt|srv|scratch|media|"
-                       r"run|content|workspace|usr|nfs|gpfs|lustre)(?:/[^\s\"'`),;\]]*)?|~/[^\s\"'`),;\]]*|"
+                       r"run|content|workspace|usr|nfs|gpfs|lustre)(?!\w)(?:/[^\s\"'`),;\]]*)?|~/[^\s\"'`),;\]]*|"
                        r"[A-Za-z]:\\[^\s\"'`),;\]]*)")
 
 

@@ -29,6 +29,7 @@ From Python (post-training's `push_to_hub: ORG/NAME`, fine-tuning's `--push-to-h
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import shutil
@@ -76,19 +77,28 @@ class PushResult:
 
 
 def hub_upload(repo_id: str, files: list[tuple[str, Path]], *, token: str, private: bool = False,
-               revision: str | None = None, commit_message: str, card_text: str, pin_card=None) -> str:
-    """Validate the card with the Hub, create the repo (and branch), upload `files` in one commit.
+               revision: str | None = None, commit_message: str, card_text: str, pin_card=None, log=print) -> str:
+    """Validate the card with the Hub, create the repo (and branch), upload `files` in one commit that also
+    deletes the repo's `stale_files`.
     Then, when `pin_card(commit_id)` gives a different card (its usage code pinned to that commit),
     a second commit updates README.md only. Returns the URL of the commit holding the files.
     Everything networked in this module happens here (tests replace it)."""
-    from huggingface_hub import CommitOperationAdd, HfApi, ModelCard
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, ModelCard
 
     ModelCard(card_text).validate()  # the Hub's own metadata validation (POST /api/validate-yaml)
     api = HfApi(token=token)
-    api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+    # private=None: a new repo takes the owner's default visibility; an existing one keeps its own
+    api.create_repo(repo_id, private=private or None, exist_ok=True, repo_type="model")
+    if private and not api.repo_info(repo_id, repo_type="model").private:
+        raise PushError(f"{repo_id} exists and is public, and --private was asked for: make it private in its "
+                        "settings, or push without --private (nothing uploaded)")
     if revision and revision != "main":
         api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type="model")
     operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(path)) for name, path in files]
+    stale = stale_files(api.list_repo_files(repo_id, revision=revision, repo_type="model"), [name for name, _ in files])
+    operations += [CommitOperationDelete(path_in_repo=name) for name in stale]
+    if stale:
+        log(f"the same commit deletes {len(stale)} file(s) of an earlier upload that this one lacks: {', '.join(stale)}")
     info = api.create_commit(repo_id, operations=operations, commit_message=commit_message, revision=revision,
                              repo_type="model")
     pinned = pin_card(info.oid) if pin_card else None
@@ -100,6 +110,20 @@ def hub_upload(repo_id: str, files: list[tuple[str, Path]], *, token: str, priva
         except Exception as error:
             raise PinError(info.commit_url, error) from error
     return info.commit_url
+
+
+# Top-level files a model folder of this package is made of: a push replaces them all, so none of an earlier
+# upload's stays beside the new one (old weights beside a new shard index load first; remote code in a
+# stock branch). Other files in the repo (subfolders, an ONNX export, notes) are left alone.
+OWNED_FILES = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "configuration_xpt.py", "modeling_xpt.py",
+               "config.json", "generation_config.json", "tokenizer*.json", "special_tokens_map.json", "vocab.*",
+               "merges.txt", "*.model", SUMMARY_FILE, RESULTS_FILE, CARD_FILE)
+
+
+def stale_files(existing: list[str], staged: list[str]) -> list[str]:
+    """Files of the repo (`existing`) that this package writes but the new upload (`staged`) lacks."""
+    return sorted(name for name in existing if name not in staged and "/" not in name
+                  and any(fnmatch.fnmatch(name, pattern) for pattern in OWNED_FILES))
 
 
 class PinError(RuntimeError):
@@ -169,7 +193,7 @@ def stage_folder(model_dir: Path, stage: Path, *, fmt: str, repo_id: str, regene
         if info.config.get("adapter_size"):
             raise PushError("--format stock: this model has bottleneck adapters and no stock equivalent (nothing uploaded)")
         export_dir = stage.parent / "stock-export"
-        export_stock([str(model_dir), str(export_dir)])
+        export_stock.__wrapped__([str(model_dir), str(export_dir)])  # raises on a failed check, and on Ctrl-C
         for name in (SUMMARY_FILE, RESULTS_FILE):
             if (model_dir / name).is_file():
                 shutil.copy2(model_dir / name, export_dir / name)
@@ -213,14 +237,16 @@ def portable_tokenizer_config(config: dict) -> dict:
     return {**{k: v for k, v in config.items() if k not in LOAD_TIME_KEYS}, "tokenizer_class": TOKENIZER_CLASS}
 
 
-TEXT_SUFFIXES = (".json", ".md", ".py", ".txt", ".jinja", ".model")
+TEXT_SUFFIXES = (".json", ".md", ".py", ".txt", ".jinja")
+# The tokenizer's vocabulary is text of the corpus ("▁/data" is a piece of web text), not a path of this machine
+VOCABULARY_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "merges.txt")
 
 
 def local_path_leaks(stage: Path) -> list[str]:
     """One line per staged text file that names a local path or the user's home."""
     problems = []
     for file in sorted(stage.iterdir()):
-        if not file.is_file() or not file.name.endswith(TEXT_SUFFIXES) or file.name.endswith(".model"):
+        if not file.is_file() or not file.name.endswith(TEXT_SUFFIXES) or file.name in VOCABULARY_FILES:
             continue
         found = find_local_paths(file.read_text(encoding="utf-8", errors="replace"))
         if found:
@@ -256,9 +282,12 @@ def run_load_check(folder: Path, *, task: str, auto_class: str, texts: list[str]
         cwd = Path(tmp) / "cwd"
         cwd.mkdir()
         code = LOAD_CHECK_SCRIPT.read_text(encoding="utf-8")
-        proc = subprocess.run([sys.executable, "-I", "-c", code, json.dumps(args, ensure_ascii=False)], cwd=cwd,
-                              env=isolated_env(Path(tmp) / "modules"), capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+        try:
+            proc = subprocess.run([sys.executable, "-I", "-c", code, json.dumps(args, ensure_ascii=False)], cwd=cwd,
+                                  env=isolated_env(Path(tmp) / "modules"), capture_output=True, text=True,
+                                  timeout=timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return {"ok": False, "returncode": None, "problems": [f"load check timed out after {timeout:g} s"]}
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("LOADCHECK "):
             report = json.loads(line.removeprefix("LOADCHECK "))
@@ -318,7 +347,7 @@ def push_to_hub(model_dir: str | Path, repo_id: str, *, private: bool = False, r
                                  card_kwargs=card_kwargs, revision=branch)
         except PushError:
             raise
-        except LicenseUnknown as error:
+        except (LicenseUnknown, UserError) as error:
             raise PushError(f"{error} (nothing uploaded)") from error
         except Exception as error:
             raise PushError(f"cannot prepare the upload: {type(error).__name__}: {error} (nothing uploaded)") from error
@@ -374,7 +403,9 @@ def push_to_hub(model_dir: str | Path, repo_id: str, *, private: bool = False, r
             result.commit_url = hub_upload(repo_id, [(f.name, f) for f in sorted(stage.iterdir()) if f.is_file()],
                                            token=token, private=private, revision=revision,
                                            commit_message=message, card_text=card_text,
-                                           pin_card=lambda commit: pin_revision(card_text, branch, commit))
+                                           pin_card=lambda commit: pin_revision(card_text, branch, commit), log=log)
+        except PushError:
+            raise
         except PinError as error:
             result.commit_url = error.commit_url
             log(f"the files are published ({error.commit_url}), but pinning the card's usage code to that commit "

@@ -466,6 +466,25 @@ def test_stock_format_dry_run(trained_dir):
     assert front_matter_text(card)["pipeline_tag"] == "fill-mask" and "custom_code" not in front_matter_text(card)["tags"]
 
 
+def test_stock_push_stops_when_the_export_fails_its_logit_check(trained_dir, monkeypatch):
+    import training.export_stock as export_module
+
+    real = export_module.to_stock
+
+    def drifted(model):  # an export whose word embeddings moved: its logits no longer match the XPT model's
+        stock = real(model)
+        with torch.no_grad():
+            stock.get_input_embeddings().weight.add_(1.0)
+        return stock
+
+    monkeypatch.setattr(export_module, "to_stock", drifted)
+    monkeypatch.setattr(push_module, "hub_upload", lambda *args, **kwargs: pytest.fail("an upload was attempted"))
+    monkeypatch.setenv("HF_TOKEN", "hf_test")
+    with pytest.raises(push_module.PushError, match="stock export differs from the XPT model.*nothing uploaded"):
+        push_module.push_to_hub(trained_dir, "org/x-stock", fmt="stock", load_check=False, license="mit",
+                                log=lambda *_: None)
+
+
 def front_matter_text(text: str) -> dict:
     return yaml.safe_load(text.split("---\n", 2)[1])
 
@@ -610,6 +629,15 @@ def test_public_refs_keep_hub_ids_and_describe_local_paths(tmp_path):
     assert summary["config"]["cache_dir"] == "local folder" and summary["source_model"] == "local model"
     assert not find_local_paths(json.dumps(summary)) and str(Path.home()) not in json.dumps(summary)
     assert find_local_paths("see https://huggingface.co/org/x and runs/x") == []
+    assert find_local_paths("a /running total, /databases, /data/kowiki") == ["/data/kowiki"]  # whole names only
+
+
+def test_a_vocabulary_piece_that_looks_like_a_path_does_not_block_a_push(tmp_path):
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"vocab": [["\u2581/data", -10.5]]}}))
+    (tmp_path / "config.json").write_text(json.dumps({"note": "/data/kowiki"}))
+    assert push_module.local_path_leaks(tmp_path) == [
+        "config.json names local path(s) /data/kowiki: remove them (a hand-written README.md too), or let "
+        "cards.make_card regenerate the card"]
 
 
 def test_push_refuses_a_hand_written_card_that_names_a_local_path(xpt_dir, tmp_path):
@@ -645,6 +673,17 @@ class FakeHfApi:
     """Stands in for huggingface_hub.HfApi inside cards.push.hub_upload (no network)."""
     commits: list = []
     fail_second = False
+    public_repo = False
+    existing = [".gitattributes", "model-00001-of-00002.safetensors", "model.safetensors.index.json", "results.json",
+                "modeling_xpt.py", "onnx/model.onnx", "notes.md"]  # an earlier, sharded upload and the owner's files
+
+    def repo_info(self, repo_id, repo_type=None):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(private=not self.public_repo)
+
+    def list_repo_files(self, repo_id, revision=None, repo_type=None):
+        return list(self.existing)
 
     def __init__(self, token=None):
         self.token = token
@@ -661,9 +700,11 @@ class FakeHfApi:
         if self.commits and self.fail_second:
             raise ConnectionError("gone")
         files = {op.path_in_repo: (op.path_or_fileobj if isinstance(op.path_or_fileobj, bytes)
-                                   else Path(op.path_or_fileobj).read_bytes()) for op in operations}
+                                   else Path(op.path_or_fileobj).read_bytes()) for op in operations if hasattr(op, "path_or_fileobj")}
+        deleted = sorted(op.path_in_repo for op in operations if not hasattr(op, "path_or_fileobj"))
         oid = f"{len(self.commits) + 1:040x}"
-        self.commits.append({"files": files, "parent": parent_commit, "revision": revision, "message": commit_message})
+        self.commits.append({"files": files, "deleted": deleted, "parent": parent_commit, "revision": revision,
+                             "message": commit_message})
         return SimpleNamespace(oid=oid, commit_url=f"https://huggingface.co/{repo_id}/commit/{oid}")
 
 
@@ -682,6 +723,10 @@ def test_hub_upload_commits_the_files_then_pins_the_card(trained_dir, monkeypatc
     result = push_module.push_to_hub(trained_dir, "org/xpt-ko-tiny", load_check=False, log=logs.append)
     first = FakeHfApi.commits[0]
     assert "model.safetensors" in first["files"] and "revision='main'" in first["files"]["README.md"].decode()
+    # the earlier upload's shards, index, remote code and results go in the same commit; the owner's files stay
+    assert "results.json" not in first["files"]  # the tiny run has none
+    stale = ["model-00001-of-00002.safetensors", "model.safetensors.index.json", "results.json"]
+    assert first["deleted"] == stale and any("deletes 3 file(s)" in line for line in logs)
     assert result.commit == f"{1:040x}" and result.commit_url.endswith(result.commit)
     if fail_second:  # the files are published; the log says the pin failed
         assert len(FakeHfApi.commits) == 1 and any("pinning the card's usage code" in line for line in logs)
@@ -691,6 +736,20 @@ def test_hub_upload_commits_the_files_then_pins_the_card(trained_dir, monkeypatc
     pinned = second["files"]["README.md"].decode()
     assert f"revision='{result.commit}'" in pinned and "revision='main'" not in pinned
     assert any(f"revision='{result.commit}'" in line for line in logs)  # the push prints the pinned call
+
+
+def test_private_push_to_an_existing_public_repo_is_refused(trained_dir, monkeypatch):
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeHfApi)
+    monkeypatch.setattr(huggingface_hub.ModelCard, "validate", lambda self, repo_type=None: None)
+    monkeypatch.setattr(FakeHfApi, "commits", [])
+    monkeypatch.setattr(FakeHfApi, "public_repo", True)
+    monkeypatch.setenv("HF_TOKEN", "hf_test")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    with pytest.raises(push_module.PushError, match="exists and is public.*nothing uploaded"):
+        push_module.push_to_hub(trained_dir, "org/xpt-ko-tiny", private=True, load_check=False, log=lambda *_: None)
+    assert FakeHfApi.commits == []
 
 
 def test_upload_failure_is_reported_as_nothing_committed(trained_dir, no_token, monkeypatch):

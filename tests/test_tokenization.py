@@ -297,6 +297,26 @@ def test_gz_bz2_jsonl_and_glob_inputs_parse(tmp_path):
     assert not (out / "valid").exists()  # --valid 0: no (empty) split folder
 
 
+def test_corrupt_compressed_inputs_and_null_json_texts(tmp_path, capsys):
+    from tokenization.corpus_io import iter_file_texts
+
+    body = gzip.compress("오늘은 날씨가 맑다.\n".encode() * 200)
+    broken = tmp_path / "broken.txt.gz"
+    broken.write_bytes(body[:20] + bytes(b ^ 0xFF for b in body[20:-8]) + body[-8:])  # header intact, data garbage
+    not_xz = tmp_path / "plain.txt.xz"
+    not_xz.write_text("오늘은 날씨가 맑다.\n")
+    for path in (broken, not_xz):
+        with pytest.raises(InputError, match=f"{path.name}: cannot read .*compression matches its suffix"):
+            list(iter_file_texts(path))
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in
+                              [{"text": "첫 문장이다."}, {"text": None}, {"title": "x"}, {"text": "둘째 문장이다."}]))
+    assert list(iter_file_texts(rows)) == ["첫 문장이다.", "둘째 문장이다."]
+    assert "left out 2 JSON line(s) without a string 'text'" in capsys.readouterr().err
+    with pytest.raises(InputError, match=r"rows.jsonl:1: no string field 'body'"):  # a misnamed field fails at once
+        list(iter_file_texts(rows, text_field="body"))
+
+
 def test_files_saved_with_a_byte_order_mark_and_windows_line_ends_read_as_their_texts(tmp_path):
     from tokenization.corpus_io import iter_file_texts
 

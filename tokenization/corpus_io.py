@@ -19,6 +19,7 @@ import gzip
 import json
 import lzma
 import sys
+import zlib
 from pathlib import Path
 from typing import IO, Iterator
 
@@ -90,7 +91,7 @@ def iter_lines(path: Path, bad: Utf8Counter | None = None) -> Iterator[str]:
                 read += 1
                 # a byte-order mark (files saved by Windows editors) is no part of the first text
                 yield (line.removeprefix("\ufeff") if read == 1 else line).rstrip("\r\n")
-        except (OSError, EOFError) as e:  # truncated/corrupt gzip, not gzip at all...
+        except (OSError, EOFError, zlib.error, lzma.LZMAError) as e:  # truncated/corrupt gzip or xz, not gzip at all...
             raise InputError(f"{path}: cannot read ({e}); check that the file is complete and its "
                              f"compression matches its suffix") from None
     if skipped > read:
@@ -101,6 +102,7 @@ def iter_lines(path: Path, bad: Utf8Counter | None = None) -> Iterator[str]:
 def iter_file_texts(path: Path, bad: Utf8Counter | None = None, text_field: str = "text") -> Iterator[str]:
     """Texts of one file: a line per text, or the ``text_field`` of each JSON line for .jsonl."""
     if base_suffix(path) in (".jsonl", ".json"):
+        found, skipped = 0, 0
         for n, line in enumerate(iter_lines(path, bad), 1):
             if not line.strip():
                 continue
@@ -110,8 +112,14 @@ def iter_file_texts(path: Path, bad: Utf8Counter | None = None, text_field: str 
                 raise InputError(f"{path}:{n}: not a JSON line (use .txt for plain text, one text per line)") from None
             text = rec.get(text_field) if isinstance(rec, dict) else None
             if not isinstance(text, str):
-                raise InputError(f"{path}:{n}: no string field {text_field!r} (set the text field name)")
+                if not found:  # the first record already lacks it: the field is named otherwise, fail at once
+                    raise InputError(f"{path}:{n}: no string field {text_field!r} (set the text field name)")
+                skipped += 1  # a null or missing text among real ones (as Hub datasets have), left out
+                continue
+            found += 1
             yield text
+        if skipped:
+            print(f"{path}: left out {skipped} JSON line(s) without a string {text_field!r}", file=sys.stderr)
     else:
         yield from iter_lines(path, bad)
 

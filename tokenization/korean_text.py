@@ -226,7 +226,9 @@ def split_sentences(text: str) -> list[str]:
             if not m.group("ws"):  # no space: only between Hangul syllables, and not after a closer
                 if m.group("close") or not (m.start() > 0 and _HANGUL.match(para[m.start() - 1])):
                     continue
-            if term[0] in ".。" and _is_abbreviation(para[start:m.start()]):
+            # the last 64 characters hold any abbreviation or number that ends there, and a window keeps a
+            # paragraph with many periods and no spaces (a base64 blob, minified code) linear, not quadratic
+            if term[0] in ".。" and _is_abbreviation(para[max(start, m.start() - 64):m.start()]):
                 continue
             if spans is None:
                 spans = _protected(para)

@@ -41,14 +41,14 @@ def main(argv=None) -> int:
         raise UserError(f"{args.model_dir}: {' '.join(str(error).split())}") from None
     stock = to_stock(model)
     tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
-    save_model_folder(stock, tokenizer, args.out)
-
     ids = torch.arange(min(32, model.config.vocab_size))[None]
     sample = tokenizer(tokenizer.decode(ids[0], skip_special_tokens=True) or "a", return_tensors="pt")
     with torch.no_grad():
         difference = (model(**sample).logits - stock(**sample).logits).abs().max().item()
     if difference > args.tolerance:
-        raise UserError(f"stock export differs from the XPT model by {difference:.2e} (> {args.tolerance})")
+        raise UserError(f"stock export differs from the XPT model by {difference:.2e} (> {args.tolerance}); "
+                        f"nothing written to {args.out}")
+    save_model_folder(stock, tokenizer, args.out)
     print(f"wrote {args.out}: {type(stock).__name__} with {stock.config.num_hidden_layers} layers; "
           f"max logit difference {difference:.1e}")
     return 0
