@@ -30,17 +30,24 @@ CLASSIFICATION_EXAMPLES = [
 ]
 
 
+PUNCTUATION = ".,!?;:\"'()«»「」。、！？"
+
+
 def _mask_candidates(texts: list[str], tokenizer) -> list[tuple[str, str]]:
     """(sentence, word to mask) for given sentences: the longest whitespace word that is one token
-    of this tokenizer (else the longest word). A sentence that already holds the mask token is kept as it is."""
+    of this tokenizer (else the longest word). A sentence that already holds the mask token is kept as it is.
+    In a script written without spaces (Japanese, Chinese, Thai) the words are the tokenizer's pieces."""
     out = []
     for text in texts:
         text = text.strip()
         if tokenizer.mask_token in text:
             out.append((text, ""))
             continue
-        words = [w.strip(".,!?;:\"'()«»「」。、") for w in text.split()]
+        words = [w.strip(PUNCTUATION) for w in text.split()]
         words = [w for w in words if w]
+        if len(words) == 1:  # no spaces: mask a piece as the tokenizer cut it, never the whole sentence
+            pieces = [p.lstrip("▁").removeprefix("##").strip(PUNCTUATION) for p in tokenizer.tokenize(text)]
+            words = [p for p in pieces if p and p in text and p != words[0]]
         if not words:
             continue
         single = [w for w in words if len(tokenizer.tokenize(w)) == 1 and tokenizer.unk_token not in tokenizer.tokenize(w)]
@@ -61,7 +68,8 @@ def held_out_sentences(spec: str | None, count: int = 20) -> list[str]:
             with open(shard, encoding="utf-8") as handle:
                 for line in handle:
                     text = json.loads(line).get("text", "")
-                    if 3 <= len(text.split()) <= 30:
+                    # 3-30 words; a text written without spaces counts its characters (8-80)
+                    if 3 <= len(text.split()) <= 30 or (len(text.split()) == 1 and 8 <= len(text) <= 80):
                         sentences.append(text)
                     if len(sentences) >= count:
                         return sentences

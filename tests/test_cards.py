@@ -787,6 +787,30 @@ def test_fill_mask_widgets_work_with_the_pipeline(trained_dir):
         assert math.isclose(preds[0]["score"], float(probs.max()), rel_tol=1e-4)
 
 
+def test_widgets_of_a_language_written_without_spaces_mask_one_piece(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from cards.widgets import fill_mask_widgets, held_out_sentences
+
+    sentences = ["東京は日本の首都です。", "私は図書館で本を読みました。", "今日は天気が良くて暖かいです。",
+                 "明日は友達と映画を見に行きます。"]
+    backend = Tokenizer(models.Unigram())
+    backend.pre_tokenizer = pre_tokenizers.Metaspace()
+    backend.train_from_iterator(sentences * 20, trainers.UnigramTrainer(
+        vocab_size=60, special_tokens=["[PAD]", "[UNK]", "[MASK]"], unk_token="[UNK]"))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]", mask_token="[MASK]")
+    (tmp_path / "test").mkdir()
+    (tmp_path / "test" / "part-00000.jsonl").write_text(
+        "".join(json.dumps({"text": text}, ensure_ascii=False) + "\n" for text in sentences), encoding="utf-8")
+    texts = held_out_sentences(str(tmp_path))
+    assert texts == sentences  # no spaces: counted by characters, not dropped as one-word lines
+    for widget in fill_mask_widgets(tokenizer, count=4, texts=texts):
+        before, after = widget["text"].split("[MASK]")
+        assert widget["text"].count("[MASK]") == 1 and (before or after).strip("。")  # a piece, not the sentence
+        assert before + widget["example_title"].split(" (")[0] + after in sentences
+
+
 def test_text_classification_widgets_work_with_the_pipeline(classifier_dir):
     from transformers import pipeline
 
