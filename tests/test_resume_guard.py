@@ -3,6 +3,7 @@ recorded where it cannot; damaged tokenizer and source files named in one line."
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -65,6 +66,27 @@ def test_a_resume_with_another_process_count_is_refused_in_one_line(killed, tiny
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
     assert "trained by 2 process(es), this run has 1" in lines[0] and "--num_processes 2" in lines[0]
+
+
+@pytest.mark.parametrize("edit", ["append", "touch"])
+def test_a_resume_reads_the_token_rows_it_started_with(edit, tiny, tmp_path):
+    corpus = tmp_path / "corpus"
+    shutil.copytree(tiny["corpus"], corpus)
+    args = run_args(tiny, tmp_path / "run", data=corpus, cache_dir=tmp_path / "cache", **COMMON)
+    run_killed_after(3, args)
+    part = corpus / "part-1.txt"
+    if edit == "append":  # more text in the corpus since the crash: other rows in another order
+        part.write_text(part.read_text(encoding="utf-8") + "오늘 날씨 맑다\n" * 40, encoding="utf-8")
+    else:  # the same text saved again: the rows are built anew, and are the same
+        os.utime(part, (part.stat().st_atime, part.stat().st_mtime + 100))
+    proc = run_subprocess(args + ["--resume", "latest"], check=False)
+    if edit == "touch":
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]  # after the rows' progress bars
+    assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-2000:]
+    assert "checkpoint-2 was trained on other token rows" in errors[0] and "the data or the tokenizer changed" in errors[0]
+    assert not (tmp_path / "run" / "training_summary.json").exists()
 
 
 def test_a_harmless_change_resumes_exactly_and_is_recorded(killed, tiny, tmp_path):

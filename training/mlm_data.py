@@ -362,6 +362,14 @@ def build_token_rows(splits: dict, tokenizer, *, max_seq_length: int, packing: b
     return {split: datasets.load_from_disk(str(root / split)) for split in rows}
 
 
+def rows_fingerprint(ds, stats: dict, tokenizer) -> str:
+    """What identifies a run's train rows without reading them all again: the tokenizer, the row and token
+    counts (`row_stats`) and the ids of about 1,000 rows spread over the set."""
+    sample = [list(map(int, ids)) for ids in ds.select(range(0, len(ds), max(1, len(ds) // 1000)))["input_ids"]]
+    text = json.dumps([tokenizer_fingerprint(tokenizer), stats["rows"], stats["tokens"], sample])
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:20]
+
+
 def row_stats(ds, texts: int) -> dict:
     """Rows, real tokens, the `texts` (sentences) they came from, and the pieces those make (a text
     longer than a row is cut into several)."""

@@ -72,19 +72,11 @@ from training.inputs import check_families, resolve_local, resolve_source, sourc
 from training.intrinsic import evaluate, frequency_baseline, init_output_bias, unigram_log_probs
 from training.masked_lm import MaskedLMTraining, set_dropout, use_speed_paths
 from training.mlm_batches import BatchSchedule, Masker, TrainMicroBatches, train_loader
-from training.mlm_data import build_token_rows, describe_data_source, row_stats
+from training.mlm_data import build_token_rows, describe_data_source
 from training.publishing import publisher
 from training.run_record import LOSS_LOG, SUMMARY_FILE, BatchRecord, DataRecord, PhaseRecord, RunRecord
-from training.run_setup import (
-    check_resumed_settings,
-    claim_output_dir,
-    dry_run,
-    get_tokenizer,
-    hardware,
-    load_splits,
-    resume_point,
-    start_run,
-)
+from training.run_setup import (check_resumed_settings, claim_output_dir, dry_run, get_tokenizer, hardware, load_splits,
+                                resume_point, row_statistics, start_run)
 from training.step import SpeedSettings, build_optimizer, compile_for_training, training_step
 
 
@@ -119,6 +111,7 @@ class RunState:
     settings: dict | None = None  # the run's PostTrainConfig.to_dict(), checked when it is resumed
     setting_changes: list[dict] = field(default_factory=list)  # allowed changes on resume (RunRecord)
     num_processes: int | None = None  # the processes that trained it: a checkpoint resumes with as many
+    data_fingerprint: str | None = None  # its token rows and tokenizer (`rows_fingerprint`): a resume reads the same
 
     @classmethod
     def from_checkpoint(cls, checkpoint: Path) -> RunState:
@@ -252,8 +245,7 @@ def prepare_run(config: PostTrainConfig, accelerator: Accelerator, speed: SpeedS
     with accelerator.main_process_first():
         rows = build_token_rows(splits, tokenizer, max_seq_length=row_length, packing=config.packing,
                                 cache_dir=config.cache_dir, cache_key=cache_key, log=log)
-    stats = {split: row_stats(ds, len(splits[split])) for split, ds in rows.items()}
-    log(f"data: {json.dumps(stats)}")
+    stats = row_statistics(rows, splits, tokenizer, state, resume_from, log)  # a resume refuses other rows
     if config.output_bias_init == "unigram" and resume_from is None:
         init_output_bias(model, rows["train"], special_ids=tokenizer.all_special_ids)
 

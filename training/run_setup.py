@@ -24,7 +24,7 @@ from training.checkpointing import checkpoint_problem, latest_checkpoint, latest
 from training.config import PostTrainConfig, describe_plan
 from training.config_checks import missing_data, refuse_changed_resume, resume_changes, validate_config
 from training.inputs import resolve_local
-from training.mlm_data import check_target_script, load_text_splits
+from training.mlm_data import check_target_script, load_text_splits, row_stats, rows_fingerprint
 from training.run_record import LOSS_LOG, SUMMARY_FILE
 from training.step import SpeedSettings, cpu_class, cpu_model_name, describe_speed, resolve_speed, retain_freed_memory
 
@@ -213,3 +213,18 @@ def load_splits(config: PostTrainConfig, data: str, accelerator: Accelerator) ->
                 splits[split] = splits[split].select(range(min(config.max_eval_sentences, len(splits[split]))))
     check_target_script(splits["train"], language=config.language, min_share=config.min_script_share, data=data)
     return splits
+
+
+def row_statistics(rows: dict, splits: dict, tokenizer, state, resume_from: Path | None, log) -> dict:
+    """Each split's rows, real tokens and sentences, logged. A resumed run must train on the token rows it
+    was started with: other text in the corpus, or another tokenizer at the same path, would continue
+    the run on other data under the same step count, so the rows' fingerprint is compared and recorded."""
+    stats = {split: row_stats(ds, len(splits[split])) for split, ds in rows.items()}
+    log(f"data: {json.dumps(stats)}")
+    fingerprint = rows_fingerprint(rows["train"], stats["train"], tokenizer)
+    if resume_from is not None and state.data_fingerprint not in (None, fingerprint):
+        raise ConfigError("resume", f"{resume_from} was trained on other token rows than this run reads "
+                          f"({stats['train']['rows']:,} rows now): the data or the tokenizer changed since; resume "
+                          "with the ones it started with, or start a new run in another --output-dir")
+    state.data_fingerprint = fingerprint
+    return stats
