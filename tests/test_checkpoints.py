@@ -159,6 +159,24 @@ def test_checkpoint_is_atomic_when_saving_crashes(tmp_path):
     assert (latest_checkpoint(tmp_path) / "weights").read_text() == "ok"
     save_checkpoint(acc, tmp_path, 8, {"step": 8}, keep=2, save_state=good)
     assert [s for s, _ in list_checkpoints(tmp_path)] == [6, 8]
+    # a run resumed from step 6 (say 8 did not load) saves step 7 with one kept: 7 stays, the abandoned 8 goes
+    save_checkpoint(acc, tmp_path, 7, {"step": 7}, keep=1, save_state=good)
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [7] and not list((tmp_path / "checkpoints").glob(".tmp-*"))
+
+
+def test_a_checkpoint_missing_a_state_file_is_not_resumed_from(tmp_path):
+    from training.checkpointing import checkpoint_problem
+
+    folder = tmp_path / "checkpoint-4"
+    folder.mkdir()
+    (folder / "trainer_state.json").write_text(json.dumps({"step": 4, "num_processes": 2}))
+    for name in ("pytorch_model.bin", "optimizer.bin", "scheduler.bin", "random_states_0.pkl"):
+        torch.save({"x": torch.zeros(2)}, folder / name)
+    assert checkpoint_problem(folder) == "random_states_1.pkl missing"  # Accelerate would resume with fresh RNGs
+    torch.save({"x": torch.zeros(2)}, folder / "random_states_1.pkl")
+    assert checkpoint_problem(folder) is None
+    (folder / "optimizer.bin").unlink()
+    assert checkpoint_problem(folder) == "optimizer.bin missing"
 
 
 def _fill_disk_while_saving(monkeypatch, checkpoint: str, file: str):

@@ -6,6 +6,7 @@ restarting positions; the step-indexed batch schedule; word-order shuffling.
 """
 from __future__ import annotations
 
+import os
 import random
 
 import numpy as np
@@ -33,6 +34,13 @@ def test_prepared_splits_folder_is_used_as_is(tmp_path):
     splits = load_text_splits(str(tmp_path), cache_dir=str(tmp_path / ".hf"))
     assert {k: len(v) for k, v in splits.items()} == {"train": 30, "valid": 5, "test": 4}
     assert splits["valid"][0]["text"].startswith("valid")
+
+
+def test_prepared_split_files_are_read_whole(tmp_path):
+    for name, n in (("train.a.txt", 20), ("train.b.txt", 30), ("valid.txt", 5), ("test.txt", 4)):
+        (tmp_path / name).write_text("\n".join(f"{name} 문장 {i}" for i in range(n)) + "\n")
+    splits = load_text_splits(str(tmp_path), cache_dir=str(tmp_path / ".hf"))
+    assert {k: len(v) for k, v in splits.items()} == {"train": 50, "valid": 5, "test": 4}  # both train files
 
 
 def test_saved_dataset_dict_keeps_its_splits(tmp_path):
@@ -181,6 +189,13 @@ def test_packed_rows_hold_every_sentence_whole(tmp_path):
         pieces += [(tuple(ids[a:b]), tuple(starts[a:b])) for a, b in zip(bounds[:-1], bounds[1:])]
     assert sorted(pieces) == sorted(zip(map(tuple, single["input_ids"]), map(tuple, single["word_start"])))
     assert len(packed) < len(single) / 2
+    # a build that crashed left its temporary folder; the next build of the same rows removes it
+    keys = [p.name for p in tmp_path.iterdir() if (p / "DONE").is_file()]
+    for key in keys:
+        (tmp_path / f".tmp-{key}-2147483646").mkdir(), (tmp_path / f".tmp-{key}-{os.getpid()}").mkdir()
+    build_token_rows(split, tok, packing=True, **kwargs)
+    build_token_rows(split, tok, packing=False, **kwargs)
+    assert sorted(p.name for p in tmp_path.glob(".tmp-*")) == sorted(f".tmp-{key}-{os.getpid()}" for key in keys)
 
 
 # ----------------------------------------------------------------------------------------------

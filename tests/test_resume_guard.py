@@ -61,7 +61,8 @@ def test_a_resume_with_another_process_count_is_refused_in_one_line(killed, tiny
     state_file = folder / "checkpoints" / "checkpoint-2" / "trainer_state.json"
     state = json.loads(state_file.read_text())
     assert state["num_processes"] == 1  # recorded by the run
-    state_file.write_text(json.dumps({**state, "num_processes": 2}))  # as a two-process launch saves it
+    state_file.write_text(json.dumps({**state, "num_processes": 2}))  # as a two-process launch saves it,
+    shutil.copy(state_file.parent / "random_states_0.pkl", state_file.parent / "random_states_1.pkl")  # with both RNGs
     proc = run_subprocess(run_args(tiny, folder, **COMMON) + ["--resume", "latest"], check=False)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]

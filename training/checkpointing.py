@@ -55,9 +55,16 @@ def checkpoint_problem(checkpoint: Path) -> str | None:
 
     checkpoint = Path(checkpoint)
     try:
-        read_state(checkpoint)
+        state = read_state(checkpoint)
     except (OSError, ValueError) as error:
         return f"{STATE_FILE}: {type(error).__name__}"
+    processes = state.get("num_processes") or 1
+    needed = ["optimizer.bin", "scheduler.bin", *(f"random_states_{rank}.pkl" for rank in range(processes))]
+    missing = [name for name in needed if not (checkpoint / name).is_file()]
+    if not any((checkpoint / name).is_file() for name in ("pytorch_model.bin", "model.safetensors")):
+        missing.insert(0, "pytorch_model.bin")
+    if missing:
+        return f"{', '.join(missing)} missing"
     for path in sorted(checkpoint.iterdir()):
         if path.suffix in (".bin", ".pkl", ".pt"):
             try:
@@ -146,8 +153,16 @@ def save_checkpoint(accelerator, output_dir, step: int, state: dict, keep: int, 
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
-        for _, old in list_checkpoints(output_dir)[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+        # Pruned: the oldest beyond `keep` up to this step, and every later one (left by a timeline this resumed
+        # run replaces: `--resume latest` must never go back to it). Renamed out of the list first, so a crash
+        # while deleting leaves no half-deleted folder that counts as a checkpoint.
+        done = list_checkpoints(output_dir)
+        earlier = [path for number, path in done if number <= step]
+        for old in earlier[:-keep] + [path for number, path in done if number > step]:
+            doomed = root / f".tmp-{old.name}-pruned"
+            shutil.rmtree(doomed, ignore_errors=True)
+            os.replace(old, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
         for stale in root.glob(".tmp-checkpoint-*"):
             shutil.rmtree(stale, ignore_errors=True)
     accelerator.wait_for_everyone()

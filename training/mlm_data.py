@@ -23,6 +23,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -225,9 +226,11 @@ def load_text_splits(data: str, *, text_column: str = "text", valid_size: int = 
                 for split, path in sub.items():
                     if path is None:
                         continue
-                    if not path.exists():
-                        path = next(iter(sorted(local.glob(f"{path.name}.*"))))
-                    splits[split] = _load_split_dir(path, text_column, cache_dir)
+                    if path.exists():
+                        splits[split] = _load_split_dir(path, text_column, cache_dir)
+                    else:  # split files: DIR/train.txt, or every DIR/train.*.txt (train.a.txt, train.b.txt, ...)
+                        files = sorted(f for f in local.glob(f"{path.name}.*") if f.is_file() and _builder(f))
+                        splits[split] = _load_files(files, text_column, cache_dir)
                 corpus = splits.pop("train")
             else:
                 corpus = _load_files(_data_files(local), text_column, cache_dir)
@@ -327,6 +330,19 @@ def _pack_batch(batch, max_len: int, packing: bool):
             "seg_lengths": [[len(ids[i]) for i in row] for row in rows]}
 
 
+def _process_alive(pid: str) -> bool:
+    """A process of this id runs on this machine (signal 0 checks without sending anything)."""
+    try:
+        os.kill(int(pid), 0)
+    except ValueError:
+        return True  # not a name this module wrote: left alone
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def build_token_rows(splits: dict, tokenizer, *, max_seq_length: int, packing: bool, cache_dir: str,
                      cache_key: dict, num_proc: int | None = None, log=print):
     """Tokenise and pack each split once; reload from `cache_dir` when the same key was built before."""
@@ -336,6 +352,9 @@ def build_token_rows(splits: dict, tokenizer, *, max_seq_length: int, packing: b
                                      "max_seq_length": max_seq_length, "packing": packing,
                                      "version": CACHE_VERSION}, sort_keys=True).encode()).hexdigest()[:20]
     root = Path(cache_dir) / key
+    for stale in Path(cache_dir).glob(f".tmp-{key}-*"):  # left by a build that crashed (its process is gone)
+        if not _process_alive(stale.name.rsplit("-", 1)[-1]):
+            shutil.rmtree(stale, ignore_errors=True)
     if (root / "DONE").is_file():
         log(f"token rows: cached in {root}")
         return {split: datasets.load_from_disk(str(root / split)) for split in json.loads((root / "DONE").read_text())}
@@ -355,8 +374,6 @@ def build_token_rows(splits: dict, tokenizer, *, max_seq_length: int, packing: b
     try:
         os.replace(tmp, root)  # atomic: a crash while building never leaves a half cache under the key
     except OSError:  # another process won the race
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
     log(f"token rows: built and cached in {root}")
     return {split: datasets.load_from_disk(str(root / split)) for split in rows}
