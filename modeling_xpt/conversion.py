@@ -328,7 +328,7 @@ def overlapping_tokens(target_tokenizer, source_tokenizer) -> list[tuple[int, li
 
     Special tokens are matched by role (mask to mask, ...). Word-boundary conventions are translated:
     SentencePiece "▁x" (word start) matches "x" in WordPiece and "Ġx" in byte-level BPE; a
-    WordPiece-continuation "##x" is tried for pieces without "▁". Digits, Latin script and
+    WordPiece-continuation "##x" is tried first for pieces without "▁". Digits, Latin script and
     punctuation are what typically overlaps with an English vocabulary.
     """
     source_vocab = source_tokenizer.get_vocab()
@@ -338,7 +338,8 @@ def overlapping_tokens(target_tokenizer, source_tokenizer) -> list[tuple[int, li
         if target_id in pairs or token in special:
             continue
         bare = token.removeprefix("▁")
-        candidates = [token, bare, "Ġ" + bare] if token.startswith("▁") else [token, "##" + token]
+        # a piece inside a word: WordPiece's continuation "##x" first, as "x" alone starts a word there
+        candidates = [token, bare, "Ġ" + bare] if token.startswith("▁") else ["##" + token, token]
         for candidate in candidates:
             if candidate and candidate in source_vocab:
                 pairs[target_id] = source_vocab[candidate]

@@ -99,6 +99,16 @@ def test_overlap_init_copies_shared_tokens_only(source, tok, family):
     assert model.conversion_report["overlap_tokens"] == len(target) - 1
 
 
+def test_overlap_matches_pieces_inside_a_word_to_wordpiece_continuations():
+    from modeling_xpt.conversion import overlapping_tokens
+
+    source = word_tokenizer("bert", ["s", "##s", "x"])  # WordPiece: "s" starts a word, "##s" continues one
+    target = word_tokenizer("bert", ["▁s", "s", "▁x"])  # SentencePiece-style: "▁" marks a word start
+    pairs = dict(overlapping_tokens(target, source))
+    ids, src = target.convert_tokens_to_ids, source.convert_tokens_to_ids
+    assert pairs[ids("s")] == [src("##s")] and pairs[ids("▁s")] == [src("s")] and pairs[ids("▁x")] == [src("x")]
+
+
 def test_fvt_init_averages_the_source_pieces_of_each_token(source, tok, family):
     target = word_tokenizer(family, ["학교에 .", "학교에", "새단어"])  # 2 source pieces, 1 piece, none
     random_init = from_source(source, target).xpt.embeddings.target_embeddings.weight

@@ -137,6 +137,24 @@ def test_registry_has_paper_tasks_with_declarative_specs():
     assert get_task("klue-ner").metric == "entity_f1" and get_task("korsts").metric == "spearman"
 
 
+def test_task_files_label_sets_and_bad_rows(tmp_path):
+    data = tmp_path / "re"
+    rows = [[f"문장 {i}", "no_relation" if i % 4 else "per:title"] for i in range(40)]
+    write_tsv(data / "train.tsv", ["sentence", "label"], rows)
+    write_tsv(data / "dev.tsv", ["sentence", "label"], [["문장", "org:founded"], ["문장", "no_relation"]])
+    spec = get_task("klue-re")  # labels left open: the data's whole label set, before the sample
+    splits = load_task_data(spec, data, max_train_samples=3, data_seed=1)
+    assert spec.labels == ["no_relation", "org:founded", "per:title"] and len(splits["train"]) == 3
+    assert get_task("klue-re").labels is None  # the registry's spec is untouched
+    (data / "dev.tsv").write_bytes("sentence\tlabel\n문장\tno_relation\n".encode("cp949"))
+    with pytest.raises(TaskDataError, match=r"dev.tsv: not UTF-8 text .*iconv -f cp949 -t utf-8"):
+        load_task_data(get_task("klue-re"), data)
+    (data / "dev.jsonl").write_text('{"sentence": "a", "label": "no_relation"}\n{"sentence": "b"}\n')
+    (data / "dev.tsv").unlink()
+    with pytest.raises(TaskDataError, match=r"dev row 1 lacks column\(s\) \['label'\]"):
+        load_task_data(get_task("klue-re"), data)
+
+
 def test_local_shared_data_loads_and_validates(shared_data):
     splits = load_task_data(get_task("korsts"), shared_data / "tasks" / "korsts")
     assert {k: len(v) for k, v in splits.items()} == {"train": 5749, "dev": 1500, "test": 1379}

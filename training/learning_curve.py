@@ -82,10 +82,11 @@ def learning_curve(run: str | Path, tasks: dict[str, str], max_train_samples: in
         raise TaskDataError(f"{run} holds no checkpoint and no finished model: post-train with keep_checkpoints: true")
     settings = {"tasks": tasks, "max_train_samples": max_train_samples, "max_length": max_length,
                 "data_seed": data_seed, "hold_out_test": hold_out_test or {}}
-    splits = {name: load_task_data(get_task(name), folder, max_train_samples, None, data_seed,
+    specs = {name: get_task(name) for name in tasks}  # each filled in by its data (labels) and used throughout
+    splits = {name: load_task_data(specs[name], folder, max_train_samples, None, data_seed,
                                    (hold_out_test or {}).get(name, 0))
               for name, folder in tasks.items()}
-    curve = {"run": str(run), **settings, "floor": {name: floor(get_task(name), splits[name]) for name in tasks},
+    curve = {"run": str(run), **settings, "floor": {name: floor(specs[name], splits[name]) for name in tasks},
              "points": []}
     earlier = read_curve(run)
     if earlier and all(earlier.get(key) == value for key, value in settings.items()):
@@ -95,7 +96,7 @@ def learning_curve(run: str | Path, tasks: dict[str, str], max_train_samples: in
     done = {point["step"] for point in curve["points"]}
 
     def add(step: int, tokens: int, folder: Path) -> None:
-        reads = {name: probe(folder, get_task(name), splits[name], max_length) for name in tasks}
+        reads = {name: probe(folder, specs[name], splits[name], max_length) for name in tasks}
         curve["points"] = sorted([*curve["points"], {"step": step, "tokens_seen": tokens, "probe": reads}],
                                  key=lambda point: point["step"])
         write_curve(run, curve)

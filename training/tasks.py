@@ -25,6 +25,7 @@ a path to a JSON file), or ``--task-type pair --text-columns a,b --label-column 
 """
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import random
@@ -157,7 +158,7 @@ def get_task(name: str) -> TaskSpec:
     if name not in REGISTRY:
         raise TaskDataError(f"unknown task {name!r}; registered tasks: {', '.join(sorted(REGISTRY))} "
                             "(or define one with --task-spec / --task-type and --text-columns)")
-    return REGISTRY[name]
+    return copy.deepcopy(REGISTRY[name])  # a run fills in open fields (`labels`): never the registry's own
 
 
 def spec_from_cli(name: str, task_spec: str | None = None, task_type: str | None = None,
@@ -194,6 +195,15 @@ def spec_from_cli(name: str, task_spec: str | None = None, task_type: str | None
 
 # --- reading -------------------------------------------------------------------------------------------
 def _read_table(path: Path) -> list[dict[str, Any]]:
+    try:
+        return _read_records(path)
+    except UnicodeDecodeError as error:
+        raise TaskDataError(f"{path}: not UTF-8 text (byte {error.start}: {error.reason}); convert it, e.g. "
+                            f"iconv -f cp949 -t utf-8 {path.name} > utf8-{path.name} (Korean files saved by Excel "
+                            "are often CP949)") from None
+
+
+def _read_records(path: Path) -> list[dict[str, Any]]:
     if path.suffix in (".tsv", ".csv"):
         # Plain tab/comma splitting with no quote handling for TSV: review text contains bare quotes.
         with path.open(encoding="utf-8-sig", newline="") as handle:  # utf-8-sig: a Windows BOM is no part of the header
@@ -202,9 +212,9 @@ def _read_table(path: Path) -> list[dict[str, Any]]:
             else:
                 reader = csv.DictReader(handle)
             rows = []
-            for line_no, row in enumerate(reader, start=2):
-                if None in row:
-                    raise TaskDataError(f"{path}:{line_no}: more fields than header columns {reader.fieldnames}")
+            for row in reader:
+                if None in row:  # line_num: the row's last line in the file (a quoted field may span lines)
+                    raise TaskDataError(f"{path}:{reader.line_num}: more fields than header columns {reader.fieldnames}")
                 rows.append(row)
             return rows
     if path.suffix == ".jsonl":
@@ -347,6 +357,9 @@ def load_task_data(spec: TaskSpec, data_dir: str | Path | None, max_train_sample
             splits["dev"], splits["train"] = train[:cut], train[cut:]
     else:
         raise TaskDataError(f"task {spec.name!r} has no Hub dataset; pass --data-dir with train/dev files")
+    if spec.task_type in ("single", "pair") and spec.labels is None:  # the data's label set, before any sample
+        found = {str(row.get(spec.label_column)) for rows in splits.values() for row in rows}
+        spec.labels = sorted(found - {"None"}) or None
     held, into = (hold_out_dev, "dev") if hold_out_dev else (hold_out_test, "test")
     if held:
         if hold_out_test and hold_out_dev:
@@ -385,10 +398,11 @@ def validate(spec: TaskSpec, splits: dict[str, list[dict[str, Any]]]) -> None:
     for split, rows in splits.items():
         if not rows:
             raise TaskDataError(f"task {spec.name!r}: the {split} split is empty")
-        missing = [c for c in required_columns(spec) if c not in rows[0]]
-        if missing:
-            raise TaskDataError(f"task {spec.name!r}: {split} split has no column(s) {missing}; "
-                                f"columns are {sorted(rows[0])}")
+        for i, row in enumerate(rows):
+            missing = [c for c in required_columns(spec) if c not in row]
+            if missing:
+                where = f"split has no column(s) {missing}" if i == 0 else f"row {i} lacks column(s) {missing}"
+                raise TaskDataError(f"task {spec.name!r}: {split} {where}; columns are {sorted(row)}")
     if spec.task_type in ("single", "pair"):
         if spec.labels is None:
             spec.labels = sorted({str(r[spec.label_column]) for r in splits["train"]})
