@@ -398,10 +398,10 @@ sys.meta_path.insert(0, BlockProject())
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 torch.set_num_threads(1)
-if args["adapter"]:
-    from peft import AutoPeftModelForSequenceClassification
-    model = AutoPeftModelForSequenceClassification.from_pretrained(args["dir"], trust_remote_code=args["trust"],
-                                                                   num_labels=args["num_labels"])
+if args["adapter"]:  # the line fine-tuning prints for it
+    imports, call = args["usage"].split("; ", 1)
+    exec(imports)
+    model = eval(call)
 else:
     model = AutoModelForSequenceClassification.from_pretrained(args["dir"], trust_remote_code=args["trust"])
 tokenizer = AutoTokenizer.from_pretrained(args["dir"], trust_remote_code=args["trust"])
@@ -414,12 +414,12 @@ print("FRESH " + json.dumps({"logits": logits.tolist(), "id2label": {str(k): v f
 """
 
 
-def fresh_logits(folder: Path, texts: list[str], trust: bool, adapter: bool = False, num_labels: int = 2) -> dict:
+def fresh_logits(folder: Path, texts: list[str], trust: bool, adapter: bool = False, usage: str = "") -> dict:
     """Load `folder` in a new interpreter that cannot import this project (`python -I`, another working
     directory, no PYTHONPATH, an empty remote-code cache) and return its logits on `texts`."""
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("PYTHON")}
     env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(folder.parent / ".modules"), OMP_NUM_THREADS="1")
-    args = json.dumps({"dir": str(folder), "texts": texts, "trust": trust, "adapter": adapter, "num_labels": num_labels})
+    args = json.dumps({"dir": str(folder), "texts": texts, "trust": trust, "adapter": adapter, "usage": usage})
     proc = subprocess.run([sys.executable, "-I", "-c", FRESH_LOGITS, args], cwd=folder.parent, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -463,8 +463,11 @@ def test_saved_folders_reload_in_a_fresh_process_with_identical_logits(case, tmp
             p.name for p in adapter.iterdir()}
         assert json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"] == str(
             model_dir.resolve())
-        fresh = fresh_logits(adapter, texts, trust, adapter=True)
+        from training.finetuned_model import adapter_usage
+
+        fresh = fresh_logits(adapter, texts, trust, adapter=True, usage=adapter_usage(adapter, "single", spec.labels, trust))
         assert fresh["logits"] == expected.tolist()  # the LoRA matrices and the trained head, on the base model
+        assert fresh["id2label"] == {str(i): label for i, label in enumerate(spec.labels)}  # names, not LABEL_0
     if "model" in written:
         folder = written["model"]
         config_json = json.loads((folder / "config.json").read_text())

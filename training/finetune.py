@@ -442,8 +442,8 @@ def fine_tune(args) -> dict[str, Any]:
         print(f"saved the model of seed {saved['seed']} (best dev {spec.metric} {saved['dev']:.2f}, epoch "
               f"{saved['best_epoch']}): " + ", ".join(str(path) for path in written.values()))
         if "adapter" in written:
-            print("  load the adapter: " + adapter_usage(written["adapter"], spec.task_type,
-                                                         len(spec.labels or [None]), args.trust_remote_code))
+            print("  load the adapter: " + adapter_usage(written["adapter"], spec.task_type, spec.labels,
+                                                         args.trust_remote_code))
     elif args.save_model == "none" and any((out_dir / name).exists() for name in (MODEL_DIR, "adapter")):
         print(f"note: {out_dir} holds a model saved by an earlier run (its own results.json describes it)")
     if args.push_to_hub:

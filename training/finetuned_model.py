@@ -137,10 +137,11 @@ def save_selected(model, tokenizer, out_dir: str | Path, results: dict[str, Any]
     return written
 
 
-def adapter_usage(adapter_dir: Path, task_type: str, num_labels: int, trust_remote_code: bool) -> str:
-    """The Python line that loads a saved adapter with its base model."""
+def adapter_usage(adapter_dir: Path, task_type: str, labels: list[str] | None, trust_remote_code: bool) -> str:
+    """The Python line that loads a saved adapter with its base model. An adapter folder holds no config.json,
+    so the line gives the label names (`id2label`, from which transformers counts the labels)."""
     auto = {"token": "AutoPeftModelForTokenClassification", "qa": "AutoPeftModelForQuestionAnswering"}.get(
         task_type, "AutoPeftModelForSequenceClassification")
-    extra = f", num_labels={num_labels}" if task_type not in ("qa",) else ""
+    extra = "" if task_type == "qa" else f", id2label={dict(enumerate(labels))!r}" if labels else ", num_labels=1"
     trust = ", trust_remote_code=True" if trust_remote_code else ""
     return f'from peft import {auto}; {auto}.from_pretrained("{adapter_dir}"{trust}{extra})'
