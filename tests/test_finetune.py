@@ -465,7 +465,8 @@ def test_saved_folders_reload_in_a_fresh_process_with_identical_logits(case, tmp
             model_dir.resolve())
         from training.finetuned_model import adapter_usage
 
-        fresh = fresh_logits(adapter, texts, trust, adapter=True, usage=adapter_usage(adapter, "single", spec.labels, trust))
+        usage = adapter_usage(adapter, "single", spec.labels, trust)
+        fresh = fresh_logits(adapter, texts, trust, adapter=True, usage=usage)
         assert fresh["logits"] == expected.tolist()  # the LoRA matrices and the trained head, on the base model
         assert fresh["id2label"] == {str(i): label for i, label in enumerate(spec.labels)}  # names, not LABEL_0
     if "model" in written:

@@ -172,6 +172,22 @@ def test_pack_rows_fills_rows_far_better_than_next_fit():
     assert fill > 0.99 and len(rows) < 0.9 * next_fit, (fill, len(rows), next_fit)
 
 
+def test_a_hub_dataset_updated_under_the_same_id_is_tokenised_again(tmp_path):
+    import datasets
+
+    tok = word_tokenizer("bert", WORDS)
+    kwargs = dict(max_seq_length=32, packing=True, cache_dir=str(tmp_path), cache_key={"data": {"hub": "org/ko"}},
+                  log=lambda *_: None)
+    before = datasets.Dataset.from_dict({"text": [" ".join(WORDS[:5])] * 10})
+    after = datasets.Dataset.from_dict({"text": [" ".join(WORDS[5:12])] * 10})  # new upload, same id
+    assert before._fingerprint != after._fingerprint
+    first = build_token_rows({"train": before}, tok, **kwargs)["train"]
+    second = build_token_rows({"train": after}, tok, **kwargs)["train"]
+    assert sum(map(len, second["input_ids"])) > sum(map(len, first["input_ids"]))  # the new text, not the cache
+    again = build_token_rows({"train": after}, tok, **kwargs)["train"]
+    assert again["input_ids"] == second["input_ids"] and len(list(tmp_path.glob("*/DONE"))) == 2
+
+
 def test_packed_rows_hold_every_sentence_whole(tmp_path):
     import datasets
 

@@ -348,6 +348,8 @@ def build_token_rows(splits: dict, tokenizer, *, max_seq_length: int, packing: b
     """Tokenise and pack each split once; reload from `cache_dir` when the same key was built before."""
     import datasets
 
+    if "hub" in cache_key.get("data", {}):  # a Hub dataset changes under its id: datasets' fingerprints follow it
+        cache_key = {**cache_key, "fingerprints": {name: getattr(ds, "_fingerprint", None) for name, ds in splits.items()}}
     key = hashlib.sha256(json.dumps({**cache_key, "tokenizer": tokenizer_fingerprint(tokenizer),
                                      "max_seq_length": max_seq_length, "packing": packing,
                                      "version": CACHE_VERSION}, sort_keys=True).encode()).hexdigest()[:20]
