@@ -155,6 +155,27 @@ def test_task_files_label_sets_and_bad_rows(tmp_path):
         load_task_data(get_task("klue-re"), data)
 
 
+def test_a_trained_head_keeps_each_label_when_the_labels_come_in_another_order(tmp_path):
+    from transformers import AutoConfig
+
+    from training.task_model import load_model
+
+    tokenizer = word_tokenizer("bert", KOREAN_WORDS)
+    spec = spec_from_cli("mine", task_type="single", text_columns="text", label_column="label", labels="x,y,z")
+    base = xpt_model_dir(tmp_path / "m", tokenizer)
+    first = load_model(str(base), spec, AutoConfig.from_pretrained(base, trust_remote_code=True), ["x", "y", "z"],
+                       trust_remote_code=True).eval()
+    first.save_pretrained(tmp_path / "trained")
+    tokenizer.save_pretrained(tmp_path / "trained")
+    again = load_model(str(tmp_path / "trained"), spec, AutoConfig.from_pretrained(tmp_path / "trained",
+                       trust_remote_code=True), ["z", "x", "y"], trust_remote_code=True).eval()
+    batch = tokenizer(["학교에 갔다", "새 책"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        before, after = first(**batch).logits, again(**batch).logits
+    torch.testing.assert_close(after, before[:, [2, 0, 1]])
+    assert again.config.id2label == {0: "z", 1: "x", 2: "y"}
+
+
 def test_local_shared_data_loads_and_validates(shared_data):
     splits = load_task_data(get_task("korsts"), shared_data / "tasks" / "korsts")
     assert {k: len(v) for k, v in splits.items()} == {"train": 5749, "dev": 1500, "test": 1379}

@@ -132,11 +132,32 @@ def load_model(model: str, spec: TaskSpec, config, labels: list[str] | None, poo
         loaded, info = auto_cls.from_pretrained(model, output_loading_info=True, **kwargs)
     except (ValueError, OSError, RuntimeError, TypeError) as error:
         raise TaskDataError(f"cannot load {model} with {HEAD_CLASSES[spec.task_type]}: {_one_line(error)}") from None
+    if "ignore_mismatched_sizes" not in kwargs and labels and any(a.endswith(head_suffix) for a in architectures):
+        reorder_head(loaded, [str(config.id2label[i]) for i in range(config.num_labels)], labels)
     # Weights the checkpoint lacks start random: the task head, and e.g. the pooler of a BERT model saved as
     # BertForMaskedLM. apply_lora trains and saves them with the adapter, which otherwise could not be reloaded.
     parameters = dict(loaded.named_parameters())
     loaded.fresh_parameters = sorted(k for k in info.get("missing_keys") or [] if k in parameters)
     return loaded
+
+
+def reorder_head(model, saved: list[str], labels: list[str]) -> None:
+    """A folder's trained head whose labels are these in another order (e.g. a KLUE-NLI model on data whose
+    label set was read as sorted names): its output rows are permuted to `labels`' order, so each keeps
+    predicting its own label instead of starting with the classes swapped."""
+    import torch
+    from torch import nn
+
+    if saved == labels or sorted(saved) != sorted(labels):
+        return
+    order = [saved.index(label) for label in labels]
+    outputs = [m for name, m in model.named_modules() if isinstance(m, nn.Linear) and m.out_features == len(labels)
+               and not name.startswith(model.base_model_prefix + ".")]
+    if outputs:
+        with torch.no_grad():
+            outputs[-1].weight.copy_(outputs[-1].weight[order])
+            if outputs[-1].bias is not None:
+                outputs[-1].bias.copy_(outputs[-1].bias[order])
 
 
 def apply_lora(model, spec: TaskSpec, rank: int, alpha: int, dropout: float):
