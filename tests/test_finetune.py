@@ -134,7 +134,7 @@ def test_registry_has_paper_tasks_with_declarative_specs():
         spec = get_task(name)
         assert spec.task_type in ("single", "pair", "regression", "token", "qa")
     assert get_task("paws-x").hub == ("google-research-datasets/paws-x", "ko")
-    assert get_task("klue-ner").metric == "entity_f1" and get_task("korsts").metric == "spearman"
+    assert get_task("klue-ner").metric == "entity_f1_macro" and get_task("korsts").metric == "spearman"
 
 
 def test_task_files_label_sets_and_bad_rows(tmp_path):

@@ -51,6 +51,14 @@ def test_entity_f1_agrees_with_seqeval_when_installed():
     refs = [["B-PS", "I-PS", "O", "B-LC", "I-LC"], ["O", "B-OG", "I-OG", "I-OG", "O", "B-DT"]]
     preds = [["B-PS", "I-PS", "O", "I-LC", "I-LC"], ["O", "B-OG", "I-OG", "O", "O", "B-DT"]]
     assert M.entity_f1(preds, refs) == pytest.approx(100 * seqeval.f1_score(refs, preds))
+    assert M.entity_f1_macro(preds, refs) == pytest.approx(100 * seqeval.f1_score(refs, preds, average="macro"))
+
+
+def test_entity_macro_f1_by_hand():
+    refs = [["B-PS", "I-PS", "O", "B-LC"], ["B-OG", "O"]]
+    preds = [["B-PS", "I-PS", "O", "O"], ["B-OG", "B-DT"]]
+    # PS 1, LC 0 (missed), OG 1, DT 0 (spurious): the mean of the four types, where micro F1 is 2/3
+    assert M.entity_f1_macro(preds, refs) == pytest.approx(50.0)
 
 
 def test_qa_exact_match_and_char_f1_by_hand():

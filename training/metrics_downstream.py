@@ -116,6 +116,19 @@ def entity_f1(predictions, references) -> float:
     return entity_scores(predictions, references)["f1"]
 
 
+def entity_f1_macro(predictions, references) -> float:
+    """The mean over entity types (those in the references or the predictions) of each type's entity F1,
+    x 100: KLUE-NER's official entity-level score (seqeval's macro average)."""
+    true = [(i, *e) for i, r in enumerate(references) for e in get_entities(r)]
+    pred = [(i, *e) for i, p in enumerate(predictions) for e in get_entities(p)]
+    kinds = sorted({e[1] for e in true + pred})
+    scores = []
+    for kind in kinds:
+        t, p = {e for e in true if e[1] == kind}, {e for e in pred if e[1] == kind}
+        scores.append(2 * len(t & p) / (len(t) + len(p)))  # F1 = 2 TP / (gold + predicted)
+    return 100.0 * sum(scores) / len(scores) if scores else 0.0
+
+
 # --- extractive QA (KorQuAD 1.0 evaluation) --------------------------------------------------------------
 def normalize_answer(text: str) -> str:
     """Lower-case, drop punctuation (ASCII and common CJK quotes/brackets) and collapse whitespace."""
@@ -162,6 +175,7 @@ METRICS = {
     "pearson": pearson,
     "spearman": spearman,
     "entity_f1": entity_f1,
+    "entity_f1_macro": entity_f1_macro,
     "qa_f1": qa_f1,
     "qa_exact_match": qa_exact_match,
 }
@@ -170,7 +184,7 @@ METRICS_FOR_TYPE = {
     "single": ("accuracy", "f1_macro", "f1_micro_no_relation"),
     "pair": ("accuracy", "f1_macro", "f1_micro_no_relation"),
     "regression": ("pearson", "spearman"),
-    "token": ("entity_f1",),
+    "token": ("entity_f1", "entity_f1_macro"),
     "qa": ("qa_f1", "qa_exact_match"),
 }
 

@@ -144,7 +144,8 @@ register(TaskSpec("klue-nli", "pair", ["premise", "hypothesis"], "label",
                   labels=["entailment", "neutral", "contradiction"], metric="accuracy", hub=("klue/klue", "nli"),
                   description="KLUE natural language inference"))
 register(TaskSpec("klue-ner", "token", label_column="ner_tags", tokens_column="tokens", labels=KLUE_NER_TAGS,
-                  metric="entity_f1", hub=("klue/klue", "ner"), description="KLUE named entity recognition (character tokens, BIO)"))
+                  metric="entity_f1_macro", extra_metrics=["entity_f1"], hub=("klue/klue", "ner"),
+                  description="KLUE named entity recognition (character tokens, BIO; entity-level macro F1 as KLUE reports it)"))
 register(TaskSpec("klue-re", "single", ["sentence"], "label", metric="f1_micro_no_relation",
                   extra_metrics=["accuracy"], hub=("klue/klue", "re"), converter="klue_re",
                   description="KLUE relation extraction; entities marked with typed punctuation markers; "
