@@ -42,7 +42,8 @@ from pathlib import Path
 from tokenization.errors import UserError, report_error
 from training.run_record import SUMMARY_FILE, RunRecord
 
-from .folder import CARD_FILE, GENERATED_MARKER, PICKLE_SUFFIXES, RESULTS_FILE, inspect_folder, upload_files
+from .folder import (CARD_FILE, GENERATED_MARKER, PICKLE_SUFFIXES, RESULTS_FILE, UPLOAD_NAMES, UPLOAD_SUFFIXES,
+                     inspect_folder, upload_files)
 from .licenses import LicenseUnknown
 from .public import find_local_paths, public_config, public_summary
 from .validate import Report, validate_folder
@@ -115,9 +116,7 @@ def hub_upload(repo_id: str, files: list[tuple[str, Path]], *, token: str, priva
 # Top-level files a model folder of this package is made of: a push replaces them all, so none of an earlier
 # upload's stays beside the new one (old weights beside a new shard index load first; remote code in a
 # stock branch). Other files in the repo (subfolders, an ONNX export, notes) are left alone.
-OWNED_FILES = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "configuration_xpt.py", "modeling_xpt.py",
-               "config.json", "generation_config.json", "tokenizer*.json", "special_tokens_map.json", "vocab.*",
-               "merges.txt", "*.model", SUMMARY_FILE, RESULTS_FILE, CARD_FILE)
+OWNED_FILES = (*sorted(UPLOAD_NAMES), *(f"*{suffix}" for suffix in UPLOAD_SUFFIXES), "pytorch_model*.bin")
 
 
 def stale_files(existing: list[str], staged: list[str]) -> list[str]:

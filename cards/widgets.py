@@ -55,6 +55,13 @@ def _mask_candidates(texts: list[str], tokenizer) -> list[tuple[str, str]]:
     return out
 
 
+def unspaced_script(text: str) -> bool:
+    """Mostly Chinese, Japanese kana or Thai characters: scripts that do not separate words by spaces."""
+    letters = [ch for ch in text if ch.isalpha()]
+    unspaced = [ch for ch in letters if "\u4e00" <= ch <= "\u9fff" or "\u3040" <= ch <= "\u30ff" or "\u0e00" <= ch <= "\u0e7f"]
+    return bool(letters) and len(unspaced) > len(letters) / 2
+
+
 def held_out_sentences(spec: str | None, count: int = 20) -> list[str]:
     """The first sentences of a prepared corpus's test split (else valid), for widget examples."""
     if not spec:
@@ -68,8 +75,8 @@ def held_out_sentences(spec: str | None, count: int = 20) -> list[str]:
             with open(shard, encoding="utf-8") as handle:
                 for line in handle:
                     text = json.loads(line).get("text", "")
-                    # 3-30 words; a text written without spaces counts its characters (8-80)
-                    if 3 <= len(text.split()) <= 30 or (len(text.split()) == 1 and 8 <= len(text) <= 80):
+                    # 3-30 words; a text in a script written without spaces counts its characters (8-80)
+                    if 3 <= len(text.split()) <= 30 or (unspaced_script(text) and 8 <= len(text) <= 80):
                         sentences.append(text)
                     if len(sentences) >= count:
                         return sentences

@@ -802,9 +802,10 @@ def test_widgets_of_a_language_written_without_spaces_mask_one_piece(tmp_path):
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]", mask_token="[MASK]")
     (tmp_path / "test").mkdir()
     (tmp_path / "test" / "part-00000.jsonl").write_text(
-        "".join(json.dumps({"text": text}, ensure_ascii=False) + "\n" for text in sentences), encoding="utf-8")
+        "".join(json.dumps({"text": text}, ensure_ascii=False) + "\n" for text in ["ㅋㅋㅋㅋㅋㅋㅋㅋㅋㅋ", *sentences]),
+        encoding="utf-8")
     texts = held_out_sentences(str(tmp_path))
-    assert texts == sentences  # no spaces: counted by characters, not dropped as one-word lines
+    assert texts == sentences  # no spaces: counted by characters, not dropped; a Korean one-word line is no sentence
     for widget in fill_mask_widgets(tokenizer, count=4, texts=texts):
         before, after = widget["text"].split("[MASK]")
         assert widget["text"].count("[MASK]") == 1 and (before or after).strip("。")  # a piece, not the sentence

@@ -72,6 +72,10 @@ def test_compare_cli_and_errors(result_dirs, tmp_path):
     bad.write_text(json.dumps({"task": "nsmc"}))
     assert compare.main([str(bad), "--out", str(tmp_path / "x")]) == 2
     assert compare.main([str(tmp_path / "missing"), "--out", str(tmp_path / "x")]) == 2
+    other = json.loads((outs[0] / "results.json").read_text())
+    (tmp_path / "other.json").write_text(json.dumps({**other, "metric": "f1_macro"}))  # the same task, another metric
+    with pytest.raises(compare.CompareError, match="task nsmc: the results report different metrics"):
+        compare.load_results([outs[1] / "results.json", tmp_path / "other.json"])
 
 
 def test_rows_scored_on_different_splits_are_separate_series():

@@ -146,6 +146,10 @@ def test_task_files_label_sets_and_bad_rows(tmp_path):
     splits = load_task_data(spec, data, max_train_samples=3, data_seed=1)
     assert spec.labels == ["no_relation", "org:founded", "per:title"] and len(splits["train"]) == 3
     assert get_task("klue-re").labels is None  # the registry's spec is untouched
+    write_tsv(data / "test.tsv", ["sentence", "label"], [["문장", "-1"]])  # a placeholder, in no train or dev row
+    with pytest.raises(TaskDataError, match=r"test row 0 has label '-1', not in the declared label set"):
+        load_task_data(get_task("klue-re"), data)
+    (data / "test.tsv").unlink()
     (data / "dev.tsv").write_bytes("sentence\tlabel\n문장\tno_relation\n".encode("cp949"))
     with pytest.raises(TaskDataError, match=r"dev.tsv: not UTF-8 text .*iconv -f cp949 -t utf-8"):
         load_task_data(get_task("klue-re"), data)

@@ -51,7 +51,11 @@ def test_entity_f1_agrees_with_seqeval_when_installed():
     refs = [["B-PS", "I-PS", "O", "B-LC", "I-LC"], ["O", "B-OG", "I-OG", "I-OG", "O", "B-DT"]]
     preds = [["B-PS", "I-PS", "O", "I-LC", "I-LC"], ["O", "B-OG", "I-OG", "O", "O", "B-DT"]]
     assert M.entity_f1(preds, refs) == pytest.approx(100 * seqeval.f1_score(refs, preds))
-    assert M.entity_f1_macro(preds, refs) == pytest.approx(100 * seqeval.f1_score(refs, preds, average="macro"))
+    from seqeval.scheme import IOB2
+
+    strict = seqeval.f1_score(refs, preds, average="macro", mode="strict", scheme=IOB2)  # KLUE's own call
+    assert M.entity_f1_macro(preds, refs) == pytest.approx(100 * strict)
+    assert 100 * strict == pytest.approx(50.0)  # the predicted I-LC I-LC is no entity in strict IOB2
 
 
 def test_entity_macro_f1_by_hand():

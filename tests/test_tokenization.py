@@ -310,7 +310,7 @@ def test_corrupt_compressed_inputs_and_null_json_texts(tmp_path, capsys):
             list(iter_file_texts(path))
     rows = tmp_path / "rows.jsonl"
     rows.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in
-                              [{"text": "첫 문장이다."}, {"text": None}, {"title": "x"}, {"text": "둘째 문장이다."}]))
+                              [{"text": None}, {"text": "첫 문장이다."}, {"title": "x"}, {"text": "둘째 문장이다."}]))
     assert list(iter_file_texts(rows)) == ["첫 문장이다.", "둘째 문장이다."]
     assert "left out 2 JSON line(s) without a string 'text'" in capsys.readouterr().err
     with pytest.raises(InputError, match=r"rows.jsonl:1: no string field 'body'"):  # a misnamed field fails at once

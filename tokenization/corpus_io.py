@@ -112,12 +112,14 @@ def iter_file_texts(path: Path, bad: Utf8Counter | None = None, text_field: str 
                 raise InputError(f"{path}:{n}: not a JSON line (use .txt for plain text, one text per line)") from None
             text = rec.get(text_field) if isinstance(rec, dict) else None
             if not isinstance(text, str):
-                if not found:  # the first record already lacks it: the field is named otherwise, fail at once
+                if not found and not (isinstance(rec, dict) and text_field in rec):  # named otherwise: fail at once
                     raise InputError(f"{path}:{n}: no string field {text_field!r} (set the text field name)")
                 skipped += 1  # a null or missing text among real ones (as Hub datasets have), left out
                 continue
             found += 1
             yield text
+        if skipped and not found:
+            raise InputError(f"{path}: no line has a string field {text_field!r} (set the text field name)")
         if skipped:
             print(f"{path}: left out {skipped} JSON line(s) without a string {text_field!r}", file=sys.stderr)
     else:

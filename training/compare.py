@@ -104,6 +104,11 @@ def load_results(files: list[Path]) -> list[dict[str, Any]]:
                 floors.add(key)
                 rows.append({**row, "method": FLOOR, "model": "-", "sentences": None, "split": floor["split"],
                              "mean": float(floor["score"]), "std": 0.0, "n": 0, "peft": None})
+    for task in sorted({r["task"] for r in rows}):  # one table and one axis per task: its scores must be comparable
+        metrics = sorted({r["metric"] for r in rows if r["task"] == task})
+        if len(metrics) > 1:
+            raise CompareError(f"task {task}: the results report different metrics ({', '.join(metrics)}); compare "
+                               "results scored with the same metric (fine-tune them again with the same version)")
     return rows
 
 

@@ -163,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", help="the run's config, for checkpoints that do not hold their settings")
     p.add_argument("--hold-out-test", action="append", default=[], metavar="NAME=N",
                    help="a task without a test split: hold N train examples out as test (as finetune.py does)")
-    p.add_argument("--steps", help="comma-separated checkpoint steps to probe (default: every kept checkpoint)")
+    p.add_argument("--steps", help="comma-separated steps to probe, among the kept checkpoints and the finished model "
+                   "(default: all of them)")
     args = p.parse_args(argv)
     try:
         tasks = {}

@@ -116,11 +116,26 @@ def entity_f1(predictions, references) -> float:
     return entity_scores(predictions, references)["f1"]
 
 
+def strict_entities(tags: Sequence[str]) -> list[tuple[str, int, int]]:
+    """(type, start, end) chunks of an IOB2 sequence read strictly (seqeval's `mode="strict"`): B-X starts a
+    chunk and I-X continues one of type X; an I- that continues nothing is no entity."""
+    chunks, kind, start = [], None, None
+    for i, tag in enumerate(list(tags) + ["O"]):
+        prefix, tag_kind = _split_tag(tag)
+        if kind is not None and not (prefix == "I" and tag_kind == kind):
+            chunks.append((kind, start, i - 1))
+            kind = None
+        if prefix == "B":
+            kind, start = tag_kind, i
+    return chunks
+
+
 def entity_f1_macro(predictions, references) -> float:
     """The mean over entity types (those in the references or the predictions) of each type's entity F1,
-    x 100: KLUE-NER's official entity-level score (seqeval's macro average)."""
-    true = [(i, *e) for i, r in enumerate(references) for e in get_entities(r)]
-    pred = [(i, *e) for i, p in enumerate(predictions) for e in get_entities(p)]
+    x 100, with strict IOB2 chunks: KLUE-NER's entity-level score (its seqeval call: average="macro",
+    mode="strict", scheme=IOB2)."""
+    true = [(i, *e) for i, r in enumerate(references) for e in strict_entities(r)]
+    pred = [(i, *e) for i, p in enumerate(predictions) for e in strict_entities(p)]
     kinds = sorted({e[1] for e in true + pred})
     scores = []
     for kind in kinds:

@@ -24,6 +24,7 @@ import importlib.util
 import json
 import os
 import shutil
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -354,7 +355,8 @@ def build_token_rows(splits: dict, tokenizer, *, max_seq_length: int, packing: b
                                      "max_seq_length": max_seq_length, "packing": packing,
                                      "version": CACHE_VERSION}, sort_keys=True).encode()).hexdigest()[:20]
     root = Path(cache_dir) / key
-    for stale in Path(cache_dir).glob(f".tmp-{key}-*"):  # left by a build that crashed (its process is gone)
+    host = socket.gethostname().replace("-", "_")  # a cache folder may be shared by machines: only this one's
+    for stale in Path(cache_dir).glob(f".tmp-{key}-{host}-*"):  # left by a build that crashed (its process is gone)
         if not _process_alive(stale.name.rsplit("-", 1)[-1]):
             shutil.rmtree(stale, ignore_errors=True)
     if (root / "DONE").is_file():
@@ -369,7 +371,7 @@ def build_token_rows(splits: dict, tokenizer, *, max_seq_length: int, packing: b
         rows[split] = tokenised.map(_pack_batch, batched=True, batch_size=10000, remove_columns=tokenised.column_names,
                                     fn_kwargs=dict(max_len=max_seq_length, packing=packing),
                                     desc=f"pack {split}", load_from_cache_file=False)
-    tmp = Path(cache_dir) / f".tmp-{key}-{os.getpid()}"
+    tmp = Path(cache_dir) / f".tmp-{key}-{host}-{os.getpid()}"
     for split, ds in rows.items():
         ds.save_to_disk(str(tmp / split))
     (tmp / "DONE").write_text(json.dumps(sorted(rows)))

@@ -109,7 +109,7 @@ def efficiency_factor(runs: list[dict[str, Any]], task: str | None) -> dict[str,
     # Scratch was not run above its largest size: where an XPT size reaches the best factor against that
     # largest size, a larger Scratch size might still be matched, so the factor is a lower bound
     top = max(scratch)
-    bounded = any(n * best["factor"] == top and _score(xpt[n], task) >= _score(scratch[top], task) for n in xpt)
+    bounded = any(top / n == best["factor"] and _score(xpt[n], task) >= _score(scratch[top], task) for n in xpt)
     best["lower_bound"] = bounded
     best["text"] = (f"{'at least ' if bounded else ''}{best['factor']:g}x: XPT at {best['xpt_sentences']:,} sentences "
                     f"matches or beats Scratch at {best['scratch_sentences']:,}")

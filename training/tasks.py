@@ -145,7 +145,7 @@ register(TaskSpec("klue-nli", "pair", ["premise", "hypothesis"], "label",
                   description="KLUE natural language inference"))
 register(TaskSpec("klue-ner", "token", label_column="ner_tags", tokens_column="tokens", labels=KLUE_NER_TAGS,
                   metric="entity_f1_macro", extra_metrics=["entity_f1"], hub=("klue/klue", "ner"),
-                  description="KLUE named entity recognition (character tokens, BIO; entity-level macro F1 as KLUE reports it)"))
+                  description="KLUE named entity recognition (character tokens, BIO; entity-level macro F1, strict IOB2, as KLUE scores it)"))
 register(TaskSpec("klue-re", "single", ["sentence"], "label", metric="f1_micro_no_relation",
                   extra_metrics=["accuracy"], hub=("klue/klue", "re"), converter="klue_re",
                   description="KLUE relation extraction; entities marked with typed punctuation markers; "
@@ -358,8 +358,8 @@ def load_task_data(spec: TaskSpec, data_dir: str | Path | None, max_train_sample
             splits["dev"], splits["train"] = train[:cut], train[cut:]
     else:
         raise TaskDataError(f"task {spec.name!r} has no Hub dataset; pass --data-dir with train/dev files")
-    if spec.task_type in ("single", "pair") and spec.labels is None:  # the data's label set, before any sample
-        found = {str(row.get(spec.label_column)) for rows in splits.values() for row in rows}
+    if spec.task_type in ("single", "pair") and spec.labels is None:  # train's and dev's labels, before any sample
+        found = {str(row.get(spec.label_column)) for split in ("train", "dev") for row in splits.get(split, [])}
         spec.labels = sorted(found - {"None"}) or None
     held, into = (hold_out_dev, "dev") if hold_out_dev else (hold_out_test, "test")
     if held:
