@@ -334,12 +334,18 @@ def overlapping_tokens(target_tokenizer, source_tokenizer) -> list[tuple[int, li
     source_vocab = source_tokenizer.get_vocab()
     pairs = special_token_pairs(target_tokenizer, source_tokenizer)
     special = set(target_tokenizer.all_special_tokens)
-    for token, target_id in target_tokenizer.get_vocab().items():
+    target_vocab = target_tokenizer.get_vocab()
+    marks_word_starts = any(token.startswith("▁") for token in target_vocab)  # SentencePiece-style target
+    for token, target_id in target_vocab.items():
         if target_id in pairs or token in special:
             continue
         bare = token.removeprefix("▁")
-        # a piece inside a word: WordPiece's continuation "##x" first, as "x" alone starts a word there
-        candidates = [token, bare, "Ġ" + bare] if token.startswith("▁") else ["##" + token, token]
+        if token.startswith("▁"):
+            candidates = [token, bare, "Ġ" + bare]
+        elif marks_word_starts:  # a piece inside a word: WordPiece's "##x" first ("x" alone starts a word there)
+            candidates = ["##" + token, token]
+        else:  # a WordPiece or byte-level target: the same string means the same piece
+            candidates = [token, "##" + token]
         for candidate in candidates:
             if candidate and candidate in source_vocab:
                 pairs[target_id] = source_vocab[candidate]
