@@ -84,6 +84,7 @@ import argparse
 import gzip
 import json
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -490,6 +491,10 @@ def exit_with_parent(poll_s: float = 1.0) -> None:
     killed from outside (`timeout`, `kill`), the benchmark cannot stop its paths itself, and on a GPU
     each would go on holding its memory."""
     parent = os.getppid()
+    if sys.platform.startswith("linux"):  # the kernel kills it with the parent, even while a C call holds the GIL
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG; the watcher below covers other systems
 
     def watch() -> None:
         while os.getppid() == parent:
