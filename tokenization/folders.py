@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
@@ -62,3 +63,13 @@ def put_back(aside: Path, target: Path) -> None:
     """`target` as it was before the failed command: what the command wrote there is removed."""
     shutil.rmtree(target, ignore_errors=True)
     aside.rename(target)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """`text` in `path`, whole or not at all: written beside it, flushed to disk, then renamed over it."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

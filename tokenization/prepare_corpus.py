@@ -66,6 +66,7 @@ import numpy as np
 
 from .corpus_io import COMPLETE_MARKER, SPLITS, Utf8Counter, iter_file_texts, iter_lines
 from .errors import InputError, command
+from .folders import write_text_atomic
 from .korean_text import LANGUAGE_SCRIPTS, SCRIPTS, clean_paragraph, script_filter, split_sentences
 
 BUILD_DIR = ".building"
@@ -272,15 +273,6 @@ class Stats:
     sentences_dropped: dict = field(default_factory=lambda: dict(too_short=0, too_long=0, wrong_script=0, duplicate=0))
 
 
-def _fsync_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def prepare(inputs: Sequence[str], out: str | Path, valid: float | int = 0.02, test: float | int = 0.02,
             seed: int = 0, min_chars: int = 10, max_chars: int = 2000, require_hangul: bool = True,
             shard_size: int = 500_000, text_field: str = "text", max_docs: int = 0,
@@ -446,8 +438,8 @@ def prepare(inputs: Sequence[str], out: str | Path, valid: float | int = 0.02, t
         documents_per_second=round(st.documents / elapsed, 1) if elapsed else None,
         sentences_per_second=round(kept_unique / elapsed, 1) if elapsed else None,
     )
-    _fsync_write(out / "stats.json", json.dumps(stats, indent=2, ensure_ascii=False) + "\n")
-    _fsync_write(out / COMPLETE_MARKER, json.dumps({"sentences": total["sentences"], "time": time.time()}) + "\n")
+    write_text_atomic(out / "stats.json", json.dumps(stats, indent=2, ensure_ascii=False) + "\n")
+    write_text_atomic(out / COMPLETE_MARKER, json.dumps({"sentences": total["sentences"], "time": time.time()}) + "\n")
     return stats
 
 

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import argparse
 import json
-import os
 import tempfile
 from typing import Any
 
 from tokenization.errors import UserError, report_error
+from tokenization.folders import write_text_atomic
 from training.checkpointing import list_checkpoints, read_state
 from training.run_record import SUMMARY_FILE
 from training.tasks import TaskDataError, get_task, load_task_data
@@ -124,10 +124,7 @@ def read_curve(run: Path) -> dict[str, Any] | None:
 
 
 def write_curve(run: Path, curve: dict[str, Any]) -> None:
-    """Whole or not at all: written beside, then renamed over the file."""
-    tmp = run / f".{CURVE_FILE}.tmp"
-    tmp.write_text(json.dumps(curve, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, run / CURVE_FILE)
+    write_text_atomic(run / CURVE_FILE, json.dumps(curve, indent=1, ensure_ascii=False) + "\n")
 
 
 def table(curve: dict[str, Any]) -> str:
