@@ -649,7 +649,87 @@ def test_token_classification_ner_fixture(tmp_path):
     assert results["mean"] > 80.0, results  # memorises 16 sentences: the decoding path really maps tags back
     tokens = task_encoding.encode_token_task(finetune.spec_from_cli("x", task_spec=spec), [
         {"tokens": ["김철수", "는"], "tags": ["B-PS", "O"]}], tokenizer, 64, json.loads(spec)["labels"])[0]
-    assert tokens["labels"] == [-100, 1, 0, -100] and tokens["word_positions"] == [1, 2]
+    assert tokens["labels"] == [-100, 1, 0, -100] and tokens["tag_positions"] == [1, 2]
+
+
+def character_tags(text: str, entity_words: range, kind: str) -> list[str]:
+    """Gold KLUE-style tags for `text`: its words `entity_words` (split at spaces) form one entity, the
+    first character B-, every later one up to the last word's end I- (spaces included), the rest O."""
+    starts = [i for i, c in enumerate(text) if i == 0 or (text[i - 1] == " " and c != " ")]
+    start = starts[entity_words.start]
+    end = text.index(" ", starts[entity_words.stop - 1]) if " " in text[starts[entity_words.stop - 1]:] else len(text)
+    return ["O" if not start <= c < end else ("B-" if c == start else "I-") + kind for c in range(len(text))]
+
+
+def test_character_tagged_ner_is_tokenized_as_whole_sentences_and_decoded_back_to_characters():
+    """KLUE-NER tags characters, spaces included. A SentencePiece-style tokenizer fed one character per
+    word makes a bare "▁" piece carry a tag; tokenized whole, the sentence keeps its own pieces, every
+    tag sits on a real character and the decoding gives each character its gold tag back."""
+    from tests.conftest import KOREAN_SENTENCES
+    from tokenization.train_tokenizer import train_tokenizer
+    from training.metrics_downstream import compute
+
+    tokenizer = train_tokenizer(KOREAN_SENTENCES * 3, 150, family="bert")
+    spec = get_task("klue-ner")
+    text = "우리는 내일 부산으로 여행을 간다."
+    tags = character_tags(text, range(1, 3), "LC")  # "내일 부산으로": two words, the space between tagged I-LC
+    assert tags[3:12] == ["O", "B-LC"] + ["I-LC"] * 6 + ["O"]
+    row = {"tokens": list(text), "ner_tags": tags}
+
+    per_character = tokenizer(list(text), is_split_into_words=True)["input_ids"]
+    assert "▁" in tokenizer.convert_ids_to_tokens(per_character)  # what encoding per character gives
+    feature = task_encoding.encode_token_task(spec, [row], tokenizer, 64, spec.labels)[0]
+    assert feature["input_ids"] == tokenizer(text)["input_ids"] and len(feature["input_ids"]) < len(per_character)
+    pieces = tokenizer.convert_ids_to_tokens(feature["input_ids"])
+    labelled = [(piece, spec.labels[i]) for piece, i in zip(pieces, feature["labels"]) if i != -100]
+    assert len(labelled) == len([p for p in pieces if p.strip("▁") and p not in ("[CLS]", "[SEP]")])
+    entity = [tag for _, tag in labelled if tag != "O"]
+    assert entity[0] == "B-LC" and set(entity[1:]) == {"I-LC"} and len(labelled) < len(text)
+
+    # logits that predict exactly the training labels decode to the gold character tags
+    logits = np.zeros((len(feature["labels"]), len(spec.labels)))
+    for position, label in enumerate(feature["labels"]):
+        logits[position, label if label != -100 else spec.labels.index("O")] = 1.0
+    assert task_encoding.token_tags(spec.labels, feature, logits) == tags
+    assert compute(["entity_f1_macro"], [task_encoding.token_tags(spec.labels, feature, logits)], [tags]) == {
+        "entity_f1_macro": 100.0}
+    # cut off by truncation: the characters past the last token are O
+    short = task_encoding.encode_token_task(spec, [row], tokenizer, 4, spec.labels)[0]
+    assert task_encoding.token_tags(spec.labels, short, logits[:4])[-3:] == ["O", "O", "O"]
+
+
+@pytest.mark.parametrize("after, space", [("I-LC", "I-LC"), ("B-LC", "O"), ("I-PS", "O")])
+def test_a_space_joins_an_entity_only_when_the_next_character_continues_it(after, space):
+    labels = ["O", "B-LC", "I-LC", "B-PS", "I-PS"]
+    logits = np.eye(len(labels))[[0, labels.index("B-LC"), labels.index(after)]]
+    feature = {"tag_positions": [1, 1, None, 2], "tag_continues": [False, True, False, False]}
+    assert task_encoding.token_tags(labels, feature, logits) == ["B-LC", "I-LC", space, after]
+
+
+def test_character_tagged_ner_trains_through_the_cli(tmp_path):
+    """A user task with `character_tags`: fine-tuning memorises 12 sentences and scores them per character."""
+    from tests.conftest import KOREAN_SENTENCES
+    from tokenization.train_tokenizer import train_tokenizer
+
+    tokenizer = train_tokenizer(KOREAN_SENTENCES * 3, 150, family="bert")
+    model_dir = stock_model_dir_with(tokenizer, tmp_path / "m")
+    rows = [{"chars": list(text), "tags": character_tags(text, words, kind)}
+            for text, words, kind in [("대한민국의 수도는 서울이다.", range(2, 3), "LC"),
+                                      ("우리는 내일 부산으로 여행을 간다.", range(1, 3), "DT"),
+                                      ("지하철을 타고 회사에 출근했다.", range(2, 3), "OG")]] * 4
+    data = tmp_path / "ner"
+    data.mkdir()
+    for split in ("train", "dev"):
+        (data / f"{split}.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+                                             encoding="utf-8")
+    spec = json.dumps({"task_type": "token", "tokens_column": "chars", "label_column": "tags", "character_tags": True,
+                       "metric": "entity_f1_macro", "labels": ["O", "B-LC", "I-LC", "B-DT", "I-DT", "B-OG", "I-OG"]})
+    out = tmp_path / "out"
+    assert finetune.main(["--model", str(model_dir), "--task", "toy-char-ner", "--task-spec", spec, "--data-dir",
+                          str(data), "--output-dir", str(out),
+                          *quick("--epochs", 15, "--learning-rate", 5e-3, "--batch-size", 4)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["metric"] == "entity_f1_macro" and results["mean"] > 80.0, results
 
 
 def test_extractive_qa_fixture(tmp_path):

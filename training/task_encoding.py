@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from training import metrics_downstream, sentence_similarity
-from training.tasks import TaskSpec
+from training.tasks import TaskDataError, TaskSpec
 
 if TYPE_CHECKING:
     import torch
@@ -39,7 +39,11 @@ def encode_sequence_task(spec: TaskSpec, rows, tokenizer, max_length: int, label
 
 
 def encode_token_task(spec: TaskSpec, rows, tokenizer, max_length: int, labels: list[str]):
-    """Words -> sub-tokens; the first sub-token of each word carries the word's tag, the rest -100."""
+    """Words -> sub-tokens; the first sub-token of each word carries the word's tag, the rest -100.
+
+    Character-tagged text (``spec.character_tags``, KLUE-NER) goes through `encode_character_task`."""
+    if spec.character_tags:
+        return encode_character_task(spec, rows, tokenizer, max_length, labels)
     label_ids = {label: i for i, label in enumerate(labels)}
     words = [[str(w) for w in row[spec.tokens_column]] for row in rows]
     encoded = tokenizer(words, is_split_into_words=True, truncation=True, max_length=max_length,
@@ -58,7 +62,49 @@ def encode_token_task(spec: TaskSpec, rows, tokenizer, max_length: int, labels: 
             previous = word
         feature = {k: encoded[k][i] for k in MODEL_INPUTS if k in encoded}
         feature["labels"] = label_row
-        feature["word_positions"] = [first_positions.get(w) for w in range(len(tags))]
+        feature["tag_positions"] = [first_positions.get(w) for w in range(len(tags))]
+        feature["tag_continues"] = [False] * len(tags)
+        features.append(feature)
+    return features
+
+
+def encode_character_task(spec: TaskSpec, rows, tokenizer, max_length: int, labels: list[str]):
+    """One tag per character, spaces included (KLUE-NER) -> the sentence tokenized whole.
+
+    Handing each character to the tokenizer as a word of its own gives every character a word-initial
+    piece: a SentencePiece-style tokenizer turns a syllable it only knows inside words into a bare "▁"
+    piece (which would carry the tag) and the syllable, so sentences come out about twice as long, in
+    pieces the encoder never saw. Tokenized whole, each token takes the tag of its first non-space
+    character (tokens that hold only a space take none); `token_tags` gives that character the token's
+    tag and the token's other characters its continuation. An entity boundary inside a token cannot be
+    predicted, as with any sub-word tagger.
+    """
+    if not getattr(tokenizer, "is_fast", False):
+        raise TaskDataError(f"task {spec.name!r} tags characters and needs their offsets, which "
+                            f"{type(tokenizer).__name__} does not give: use a fast tokenizer (tokenizer.json)")
+    label_ids = {label: i for i, label in enumerate(labels)}
+    units = [[str(c) for c in row[spec.tokens_column]] for row in rows]
+    texts = ["".join(row_units) for row_units in units]
+    encoded = tokenizer(texts, truncation=True, max_length=max_length, return_offsets_mapping=True,
+                        return_token_type_ids=True)
+    features = []
+    for i, row in enumerate(rows):
+        text, tags = texts[i], row[spec.label_column]
+        unit_of_char = [u for u, unit in enumerate(units[i]) for _ in unit]
+        positions, continues = [None] * len(tags), [False] * len(tags)
+        label_row = []
+        pieces = encoded.tokens(i)
+        for position, (start, end) in enumerate(encoded["offset_mapping"][i]):
+            chars = [c for c in range(start, end) if not text[c].isspace()]
+            if not chars or not pieces[position].strip("▁"):  # a special token, or a lone "▁" (its offsets
+                label_row.append(-100)                           # are the next character's at a text's start)
+                continue
+            first_unit = unit_of_char[chars[0]]
+            label_row.append(label_ids[tags[first_unit]])
+            for unit in dict.fromkeys(unit_of_char[c] for c in chars):
+                positions[unit], continues[unit] = position, unit != first_unit
+        feature = {k: encoded[k][i] for k in MODEL_INPUTS if k in encoded}
+        feature.update(labels=label_row, tag_positions=positions, tag_continues=continues)
         features.append(feature)
     return features
 
@@ -155,6 +201,29 @@ def decode_qa(features, outputs, rows, spec: TaskSpec, n_best: int = 20, max_ans
     return [best.get(i, (0.0, ""))[1] for i in range(len(rows))]
 
 
+def token_tags(labels: list[str], feature, logits) -> list[str]:
+    """The tag of each word (character) from a token task's logits, as `encode_token_task` aligned them.
+
+    A word's first token gives its tag; a later character of the same token continues it (``B-X``/``I-X``
+    -> ``I-X``). Words without a token (spaces, text cut off by truncation) are ``O``, except a space
+    between an entity and a character predicted to continue it (``I-`` of the same type), which joins
+    the entity as KLUE tags it.
+    """
+    tags = []
+    for position, continues in zip(feature["tag_positions"], feature["tag_continues"]):
+        tag = None if position is None else labels[int(np.argmax(logits[position]))]
+        if continues and tag is not None:
+            tag = "I-" + tag[2:] if tag[:2] in ("B-", "I-") else "O"
+        tags.append(tag)
+    for i, tag in enumerate(tags):
+        if tag is None:
+            before = tags[i - 1] if i else "O"
+            after = next((t for t in tags[i + 1:] if t is not None), "O")
+            inside = before[:2] in ("B-", "I-") and after == "I-" + before[2:]
+            tags[i] = after if inside else "O"
+    return tags
+
+
 def score(spec: TaskSpec, features, outputs, rows) -> dict[str, float]:
     names = [spec.metric] + [m for m in spec.extra_metrics if m != spec.metric]
     if spec.task_type == "regression":
@@ -164,10 +233,7 @@ def score(spec: TaskSpec, features, outputs, rows) -> dict[str, float]:
         predictions = [spec.labels[int(np.argmax(o))] for o in outputs]
         references = [str(r[spec.label_column]) for r in rows]
     elif spec.task_type == "token":
-        predictions = []
-        for feature, logits in zip(features, outputs):  # words cut off by truncation are predicted "O"
-            predictions.append([spec.labels[int(np.argmax(logits[p]))] if p is not None else "O"
-                                for p in feature["word_positions"]])
+        predictions = [token_tags(spec.labels, feature, logits) for feature, logits in zip(features, outputs)]
         references = [list(r[spec.label_column]) for r in rows]
     else:
         predictions = decode_qa(features, outputs, rows, spec)

@@ -8,6 +8,7 @@ Task types
 - ``pair``        sentence-pair classification     (``text_columns=[a, b]``)
 - ``regression``  one float per example, e.g. STS  (``text_columns=[a]`` or ``[a, b]``)
 - ``token``       token classification / NER       (``tokens_column`` list of words, ``label_column`` list of BIO tags)
+                  (``character_tags``: the list holds the text's characters, spaces included, as KLUE-NER)
 - ``qa``          extractive QA (SQuAD layout)     (``question_column``, ``context_column``, ``answers_column``
                   holding ``{"text": [...], "answer_start": [...]}``)
 
@@ -56,6 +57,7 @@ class TaskSpec:
     extra_metrics: list[str] = field(default_factory=list)
     label_range: tuple[float, float] | None = None  # regression: allowed [low, high]
     tokens_column: str = "tokens"            # token classification
+    character_tags: bool = False             # token task whose tokens are the text's characters, spaces included (KLUE-NER)
     question_column: str = "question"        # QA
     context_column: str = "context"
     answers_column: str = "answers"
@@ -144,6 +146,7 @@ register(TaskSpec("klue-nli", "pair", ["premise", "hypothesis"], "label",
                   labels=["entailment", "neutral", "contradiction"], metric="accuracy", hub=("klue/klue", "nli"),
                   description="KLUE natural language inference"))
 register(TaskSpec("klue-ner", "token", label_column="ner_tags", tokens_column="tokens", labels=KLUE_NER_TAGS,
+                  character_tags=True,
                   metric="entity_f1_macro", extra_metrics=["entity_f1"], hub=("klue/klue", "ner"),
                   description="KLUE named entity recognition (character tokens, BIO; entity-level macro F1, strict IOB2, as KLUE scores it)"))
 register(TaskSpec("klue-re", "single", ["sentence"], "label", metric="f1_micro_no_relation",
