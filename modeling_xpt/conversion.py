@@ -41,6 +41,9 @@ logger = logging.getLogger(__name__)
 # XLM-RoBERTa is RoBERTa-shaped; an ELECTRA discriminator is BERT-shaped (embedding_size == hidden_size).
 _SOURCE_LAYOUT = {"bert": ("bert", "bert"), "roberta": ("roberta", "roberta"), "xlm-roberta": ("roberta", "roberta"),
                   "electra": ("bert", "electra")}
+# Families whose stock MLM head applies gelu whatever `hidden_act` says (RobertaLMHead, XLMRobertaLMHead,
+# ElectraGeneratorPredictions); BERT's head and XPT's apply `hidden_act`.
+_GELU_HEAD_FAMILIES = ("roberta", "xlm-roberta", "electra")
 
 
 def from_source(
@@ -177,8 +180,8 @@ def to_stock(model: XPTForMaskedLM) -> PreTrainedModel:
         )
     stock_config_class, stock_class = _STOCK_CLASSES[family]
     extra = {"embedding_size": c.hidden_size} if family == "electra" else {}
-    if family == "electra" and c.hidden_act != "gelu":
-        raise ValueError(f"ElectraForMaskedLM applies gelu in its head; this model's head uses {c.hidden_act!r}")
+    if family in _GELU_HEAD_FAMILIES and c.hidden_act != "gelu":
+        raise ValueError(f"{stock_class.__name__} applies gelu in its head; this model's head uses {c.hidden_act!r}")
     stock_config = stock_config_class(
         **extra,
         vocab_size=c.vocab_size,
@@ -309,9 +312,10 @@ def _load_source(source) -> tuple[PreTrainedModel, bool]:
                 f"{model.config.hidden_size} (a projected embedding, as in electra-small): XPT supports ELECTRA "
                 "checkpoints whose embedding size equals the hidden size (electra-base, electra-large)."
             )
-        if has_head and model.config.hidden_act != "gelu":
-            raise ValueError(f"ELECTRA source with hidden_act {model.config.hidden_act!r}: its MLM head applies gelu, "
-                             "and XPT's head uses hidden_act; convert from the discriminator (no MLM head) instead.")
+    if has_head and family in _GELU_HEAD_FAMILIES and model.config.hidden_act != "gelu":
+        raise ValueError(f"{family} source with hidden_act {model.config.hidden_act!r}: its MLM head applies gelu, and "
+                         "XPT's head applies hidden_act, so the converted model would not reproduce it; convert from "
+                         "the encoder without its MLM head (for ELECTRA, the discriminator) instead.")
     return model, has_head
 
 

@@ -40,11 +40,13 @@ def word_tokenizer(family: str, words: list[str]) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=backend, model_max_length=64, **SPECIALS[family], **extra)
 
 
-def tiny_source(family: str, tokenizer, out_dir: Path | None = None, seed: int = 0, dropout: float = 0.0):
+def tiny_source(family: str, tokenizer, out_dir: Path | None = None, seed: int = 0, dropout: float = 0.0,
+                hidden_act: str = "gelu"):
     """A random stock `{Bert,Roberta}ForMaskedLM` (hidden 32, 2 layers) sized to `tokenizer`."""
     torch.manual_seed(seed)
     common = dict(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                  intermediate_size=64, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+                  intermediate_size=64, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout,
+                  hidden_act=hidden_act)
     if family == "roberta":
         config = RobertaConfig(max_position_embeddings=66, type_vocab_size=1, pad_token_id=tokenizer.pad_token_id,
                                bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5, **common)

@@ -281,6 +281,28 @@ def tiny_new_family(family: str, tok, seed: int = 0, embedding_size: int = 32, h
     return model.eval()
 
 
+def test_a_source_whose_head_ignores_hidden_act_is_refused_unless_converted_without_its_head(tmp_path):
+    """BERT's MLM head applies hidden_act, as XPT's does: a relu BERT converts exactly. RoBERTa's head applies
+    gelu whatever hidden_act says: with its head such a source is refused, without it it converts, and an
+    XPT model from it has no stock RoBERTa export."""
+    bert_tok, roberta_tok = word_tokenizer("bert", KOREAN_WORDS), word_tokenizer("roberta", KOREAN_WORDS)
+    bert = tiny_source("bert", bert_tok, hidden_act="relu")
+    batch = padded_batch(bert_tok, TEXTS)
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        ours = converted(bert, bert_tok, use_itl_in=False, use_itl_out=False)(**batch).logits
+        torch.testing.assert_close(ours[real], bert(**batch).logits[real], atol=1e-5, rtol=0)
+
+    roberta = tiny_source("roberta", roberta_tok, hidden_act="relu")
+    with pytest.raises(ValueError, match="roberta source with hidden_act 'relu': its MLM head applies gelu.*without its MLM head"):
+        from_source(roberta, roberta_tok)
+    roberta.roberta.save_pretrained(tmp_path / "encoder")
+    model = from_source(str(tmp_path / "encoder"), roberta_tok)
+    assert model.conversion_report["source_has_mlm_head"] is False and model.config.hidden_act == "relu"
+    with pytest.raises(ValueError, match="RobertaForMaskedLM applies gelu in its head; this model's head uses 'relu'"):
+        to_stock(model)
+
+
 NEW_FAMILIES = [("xlm-roberta", "roberta", "XLMRobertaForMaskedLM"), ("electra", "bert", "ElectraForMaskedLM")]
 
 
