@@ -1,6 +1,6 @@
 """Intrinsic masked-LM metrics (training/intrinsic.py): loss, perplexity, hits@k, MRR and mean rank equal
-hand-computed values, from full or gathered labels and summed across batches, with ties in favour of the
-gold token; the output bias initialised to the training tokens' unigram frequencies; and the context-free
+hand-computed values, from full or gathered labels and summed across batches, with tied logits ordered at
+random (the expected rank); the output bias initialised to the training tokens' unigram frequencies; and the context-free
 frequency baseline checked against a hand count.
 """
 from __future__ import annotations
@@ -52,9 +52,15 @@ def test_intrinsic_metrics_from_full_labels_and_across_batches():
     assert sums.compute() == pytest.approx(a)
 
 
-def test_ties_count_in_favour_of_gold():
+def test_tied_logits_give_the_expected_rank_of_a_random_order():
+    """Constant logits know nothing: hits@1 is 1 / vocabulary, not 1. A gold token tied with two others
+    below one larger logit is 2nd, 3rd or 4th with equal chance."""
     m = masked_lm_metrics(torch.zeros(1, 4), torch.tensor([2]))
-    assert m["mean_rank"] == 1 and m["hits@1"] == 1
+    assert m["mean_rank"] == pytest.approx(2.5) and m["hits@1"] == pytest.approx(0.25)
+    assert m["hits@3"] == pytest.approx(0.75) and m["mrr"] == pytest.approx((1 + 1 / 2 + 1 / 3 + 1 / 4) / 4)
+    m = masked_lm_metrics(torch.tensor([[3.0, 1.0, 1.0, 1.0, 0.0]]), torch.tensor([2]))
+    assert m["mean_rank"] == pytest.approx(3.0) and m["hits@1"] == 0.0 and m["hits@3"] == pytest.approx(2 / 3)
+    assert m["hits@5"] == 1.0 and m["mrr"] == pytest.approx((1 / 2 + 1 / 3 + 1 / 4) / 3)
 
 
 def test_unigram_output_bias_starts_at_the_training_token_frequencies(tiny):
@@ -108,9 +114,11 @@ def test_frequency_baseline_scores_tokens_by_their_train_frequency(tiny):
     counts = Counter(t for ids in train["input_ids"] for t in ids if t not in tok.all_special_ids)
     labels = [int(t) for b in eval_batches(test, batch_size=4, rank=0, world=1, collate_kwargs=kwargs)
               for t in b["labels"][b["labels"].ne(-100)]]
-    ranks = [1 + sum(c > counts[t] for c in counts.values()) for t in labels]  # strictly more frequent tokens
-    assert metrics["num_tokens"] == len(labels) > 10
-    assert metrics["hits@1"] == pytest.approx(sum(r == 1 for r in ranks) / len(labels))
-    assert metrics["mean_rank"] == pytest.approx(sum(ranks) / len(ranks))
+    every = [counts.get(v, 0) for v in range(len(tok))]  # specials and unseen tokens share the smallest score
+    above = [sum(c > counts[t] for c in every) for t in labels]
+    tied = [sum(c == counts[t] for c in every) for t in labels]
+    assert metrics["num_tokens"] == len(labels) > 10 and max(tied) > 1  # the toy text's counts tie
+    assert metrics["hits@1"] == pytest.approx(sum(1 / t for a, t in zip(above, tied) if a == 0) / len(labels))
+    assert metrics["mean_rank"] == pytest.approx(sum(a + (t + 1) / 2 for a, t in zip(above, tied)) / len(labels))
     expected_loss = -sum(float(log_p[t]) - float(torch.logsumexp(log_p.float(), 0)) for t in labels) / len(labels)
     assert metrics["loss"] == pytest.approx(expected_loss, rel=1e-5)

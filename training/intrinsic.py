@@ -1,8 +1,12 @@
 """Intrinsic masked-LM metrics of the XPT paper (Table 2): loss, perplexity, Hits@1/3/5/10, MRR, mean rank.
 
 All are computed over masked tokens from the sparse logits `(num_masked, vocab)` that
-`XPTForMaskedLM` returns with labels. The rank of the gold token is 1 + the number of vocabulary
-entries with a strictly larger logit (ties count in the gold token's favour). Batches are reduced
+`XPTForMaskedLM` returns with labels. The gold token's rank is its expected rank when tied logits are
+ordered at random: with `a` entries scoring above it and `t` scoring the same (itself included) it is
+any of a+1..a+t with equal chance, so hits@k counts `clamp((k - a) / t, 0, 1)` and the reciprocal
+rank is the mean of 1/r over those places. Counting ties in the gold token's favour would give a
+model with constant logits perfect hits@1, and flatter the frequency baseline (every token unseen in
+training scores the same) and low-precision logits. Batches are reduced
 to sums (`MetricSums`), which add up across batches and processes; `MetricSums.compute()` turns
 them into the final numbers, so the result does not depend on how tokens were split into batches.
 """
@@ -22,11 +26,12 @@ HITS_AT = (1, 3, 5, 10)
 METRIC_NAMES = ("loss", "perplexity") + tuple(f"hits@{k}" for k in HITS_AT) + ("mrr", "mean_rank")
 
 
-def gold_ranks(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """1-based rank of `labels[i]` among `logits[i]` (strictly larger logits counted)."""
+def gold_ranks(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each row: how many logits are larger than the gold token's (`a`), and how many equal it,
+    the gold token itself included (`t` >= 1). Its rank is a+1..a+t, each with chance 1/t."""
     logits = logits.float()
     gold = logits.gather(1, labels.view(-1, 1))
-    return (logits > gold).sum(dim=1) + 1
+    return (logits > gold).sum(dim=1), (logits == gold).sum(dim=1)
 
 
 @dataclass
@@ -43,13 +48,14 @@ class MetricSums:
         """`logits` (n, vocab) and `labels` (n,) of the masked tokens (the sparse MLM output)."""
         if labels.numel() == 0:
             return
-        ranks = gold_ranks(logits, labels)
+        above, tied = (n.double() for n in gold_ranks(logits, labels))
         self.count += labels.numel()
         self.loss_sum += F.cross_entropy(logits.float(), labels, reduction="sum").item()
-        self.reciprocal_rank_sum += (1.0 / ranks.double()).sum().item()
-        self.rank_sum += ranks.double().sum().item()
+        # mean of 1/r for r in a+1..a+t: (H(a+t) - H(a)) / t, with H(n) = digamma(n + 1) + Euler's constant
+        self.reciprocal_rank_sum += ((torch.digamma(above + tied + 1) - torch.digamma(above + 1)) / tied).sum().item()
+        self.rank_sum += (above + (tied + 1) / 2).sum().item()
         for k in HITS_AT:
-            self.hits[k] += (ranks <= k).sum().item()
+            self.hits[k] += ((k - above) / tied).clamp(0, 1).sum().item()
 
     def as_tensor(self) -> torch.Tensor:
         return torch.tensor([self.count, self.loss_sum, self.reciprocal_rank_sum, self.rank_sum,
