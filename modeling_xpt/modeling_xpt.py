@@ -25,13 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import GradientCheckpointingLayer, PreTrainedModel
 from transformers.activations import ACT2FN
-from transformers.modeling_outputs import (
-    BaseModelOutput,
-    MaskedLMOutput,
-    QuestionAnsweringModelOutput,
-    SequenceClassifierOutput,
-    TokenClassifierOutput,
-)
+from transformers.modeling_outputs import (BaseModelOutput, MaskedLMOutput, QuestionAnsweringModelOutput,
+                                           SequenceClassifierOutput, TokenClassifierOutput)
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .configuration_xpt import XPTConfig
@@ -261,6 +256,9 @@ class XPTPreTrainedModel(PreTrainedModel):
     _no_split_modules = ["XPTEmbeddings", "XPTLayer"]
     # A post-trained folder holds the MLM head; heads that do not use it load without complaint.
     _keys_to_ignore_on_load_unexpected = [r"^lm_head\."]
+    # The losses are means over this call's examples: transformers' Trainer must scale them for gradient
+    # accumulation itself (it would not, for a forward taking **kwargs, unless told).
+    accepts_loss_kwargs = False
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -424,7 +422,7 @@ def sequence_classification_loss(logits, labels, config) -> torch.Tensor:
     if config.problem_type == "regression":
         return F.mse_loss(logits.squeeze(-1).float(), labels.float().view(-1) if config.num_labels == 1 else labels.float())
     if config.problem_type == "single_label_classification":
-        return F.cross_entropy(logits.view(-1, config.num_labels).float(), labels.view(-1))
+        return F.cross_entropy(logits.view(-1, config.num_labels).float(), labels.view(-1).long())
     return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
 
 

@@ -157,7 +157,8 @@ def test_adapters_start_as_identity(source, tok):
 
 
 
-@pytest.mark.parametrize("labels,problem", [(torch.tensor([1.5, 3.0]), "regression"), (torch.tensor([0, 1]), "single")])
+@pytest.mark.parametrize("labels,problem", [(torch.tensor([1.5, 3.0]), "regression"), (torch.tensor([0, 1]), "single"),
+                                            (torch.tensor([0, 1], dtype=torch.int32), "single")])  # e.g. from numpy
 def test_sequence_classification_losses(source, tok, labels, problem, tmp_path):
     xpt = from_source(source, tok)
     xpt.save_pretrained(tmp_path)
@@ -166,7 +167,7 @@ def test_sequence_classification_losses(source, tok, labels, problem, tmp_path):
     batch = padded_batch(tok, TEXTS[:2])
     out = model(**batch, labels=labels)
     expected = (F.mse_loss(out.logits.squeeze(-1), labels) if problem == "regression"
-                else F.cross_entropy(out.logits, labels))
+                else F.cross_entropy(out.logits, labels.long()))
     torch.testing.assert_close(out.loss, expected)
     torch.testing.assert_close(model.xpt.encoder.layer[0].output.dense.weight, xpt.xpt.encoder.layer[0].output.dense.weight)
 
@@ -214,6 +215,27 @@ def test_resizing_the_vocabulary_keeps_the_mlm_head_and_the_saved_folder_loadabl
     ids = torch.tensor([[2, 5, old - 8, 3]])
     with torch.no_grad():
         torch.testing.assert_close(reloaded(ids).logits, model(ids).logits)
+
+
+def test_the_trainer_scales_the_loss_for_gradient_accumulation(source, tok, tmp_path):
+    """transformers' Trainer divides a model's loss by the accumulation steps unless the model says it
+    normalises by `num_items_in_batch` itself: XPT's losses are plain means, so one micro-batch of 4 must
+    give the gradient of loss / 4."""
+    from transformers import Trainer, TrainingArguments
+
+    model = from_source(source, tok).train()
+    ids, mask, labels = random_batch(model.config)
+    inputs = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    args = TrainingArguments(output_dir=str(tmp_path), gradient_accumulation_steps=4, use_cpu=True, report_to=[])
+    trainer = Trainer(model=model, args=args)
+    trainer.current_gradient_accumulation_steps = 4  # what its training loop sets
+    torch.manual_seed(0)
+    trainer.training_step(model, dict(inputs), num_items_in_batch=int(labels.ne(-100).sum()))
+    via_trainer = model.lm_head.bias.grad.clone()
+    model.zero_grad()
+    torch.manual_seed(0)
+    (model(**inputs).loss / 4).backward()
+    torch.testing.assert_close(via_trainer, model.lm_head.bias.grad, atol=1e-7, rtol=1e-5)
 
 
 def test_mean_pooling_runs_in_bf16_without_an_attention_mask(source, tok, tmp_path):
