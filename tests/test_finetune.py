@@ -698,6 +698,27 @@ def test_character_tagged_ner_is_tokenized_as_whole_sentences_and_decoded_back_t
     assert task_encoding.token_tags(spec.labels, short, logits[:4])[-3:] == ["O", "O", "O"]
 
 
+def test_tagged_words_are_tokenized_as_their_sentence_and_no_bare_piece_carries_a_tag():
+    """Words handed to a SentencePiece-style tokenizer one by one come out as "▁" + the word when the
+    word is known only inside sentences; the sentence tokenized whole tags each word's first real piece."""
+    from tests.conftest import KOREAN_SENTENCES
+    from tokenization.train_tokenizer import train_tokenizer
+
+    tokenizer = train_tokenizer(KOREAN_SENTENCES * 3, 150, family="bert")
+    spec = TaskSpec("toy-ner", "token", labels=["O", "B-LC", "I-LC"])
+    words = "우리는 내일 부산으로 여행을 간다.".split()
+    row = {"tokens": words, "label": ["O", "O", "B-LC", "O", "O"]}
+    feature = task_encoding.encode_token_task(spec, [row], tokenizer, 64, spec.labels)[0]
+    assert feature["input_ids"] == tokenizer(" ".join(words))["input_ids"]
+    pieces = tokenizer.convert_ids_to_tokens(feature["input_ids"])
+    tagged = [pieces[p] for p in feature["tag_positions"]]
+    assert len(tagged) == len(words) and all(piece.strip("▁") for piece in tagged)
+    assert [feature["labels"][p] for p in feature["tag_positions"]] == [0, 0, 1, 0, 0]
+    assert sum(label != -100 for label in feature["labels"]) == len(words)  # later pieces of a word: none
+    logits = np.eye(len(spec.labels))[[max(label, 0) for label in feature["labels"]]]
+    assert task_encoding.token_tags(spec.labels, feature, logits) == row["label"]
+
+
 @pytest.mark.parametrize("after, space", [("I-LC", "I-LC"), ("B-LC", "O"), ("I-PS", "O")])
 def test_a_space_joins_an_entity_only_when_the_next_character_continues_it(after, space):
     labels = ["O", "B-LC", "I-LC", "B-PS", "I-PS"]

@@ -39,70 +39,46 @@ def encode_sequence_task(spec: TaskSpec, rows, tokenizer, max_length: int, label
 
 
 def encode_token_task(spec: TaskSpec, rows, tokenizer, max_length: int, labels: list[str]):
-    """Words -> sub-tokens; the first sub-token of each word carries the word's tag, the rest -100.
+    """Tagged words (or characters, ``spec.character_tags``: KLUE-NER tags every character, spaces included)
+    -> the sentence tokenized whole, its words joined by spaces (characters as they are).
 
-    Character-tagged text (``spec.character_tags``, KLUE-NER) goes through `encode_character_task`."""
-    if spec.character_tags:
-        return encode_character_task(spec, rows, tokenizer, max_length, labels)
-    label_ids = {label: i for i, label in enumerate(labels)}
-    words = [[str(w) for w in row[spec.tokens_column]] for row in rows]
-    encoded = tokenizer(words, is_split_into_words=True, truncation=True, max_length=max_length,
-                        return_token_type_ids=True)
-    features = []
-    for i, row in enumerate(rows):
-        word_ids = encoded.word_ids(i)
-        tags = row[spec.label_column]
-        label_row, first_positions, previous = [], {}, None
-        for position, word in enumerate(word_ids):
-            if word is None or word == previous:
-                label_row.append(-100)
-            else:
-                label_row.append(label_ids[tags[word]])
-                first_positions[word] = position
-            previous = word
-        feature = {k: encoded[k][i] for k in MODEL_INPUTS if k in encoded}
-        feature["labels"] = label_row
-        feature["tag_positions"] = [first_positions.get(w) for w in range(len(tags))]
-        feature["tag_continues"] = [False] * len(tags)
-        features.append(feature)
-    return features
-
-
-def encode_character_task(spec: TaskSpec, rows, tokenizer, max_length: int, labels: list[str]):
-    """One tag per character, spaces included (KLUE-NER) -> the sentence tokenized whole.
-
-    Handing each character to the tokenizer as a word of its own gives every character a word-initial
-    piece: a SentencePiece-style tokenizer turns a syllable it only knows inside words into a bare "▁"
-    piece (which would carry the tag) and the syllable, so sentences come out about twice as long, in
-    pieces the encoder never saw. Tokenized whole, each token takes the tag of its first non-space
-    character (tokens that hold only a space take none); `token_tags` gives that character the token's
-    tag and the token's other characters its continuation. An entity boundary inside a token cannot be
-    predicted, as with any sub-word tagger.
+    A token whose first non-space character starts a word carries that word's tag; the word's later tokens
+    carry none (-100); tokens that hold only a space carry none. Handing each word to the tokenizer on its
+    own instead (`is_split_into_words`) lets a SentencePiece-style tokenizer split a word it only knows
+    inside a sentence into a bare "▁" piece, which would carry the tag, and the word; for characters every
+    one becomes such a word, so sentences came out about twice as long, in pieces the encoder never saw.
+    `token_tags` maps the predictions back: a word takes its first token's tag, and a character that shares
+    a token with the one before continues it. An entity boundary inside a token cannot be predicted, as
+    with any sub-word tagger.
     """
     if not getattr(tokenizer, "is_fast", False):
-        raise TaskDataError(f"task {spec.name!r} tags characters and needs their offsets, which "
-                            f"{type(tokenizer).__name__} does not give: use a fast tokenizer (tokenizer.json)")
+        raise TaskDataError(f"task {spec.name!r}: token tasks need the character offsets of a fast tokenizer "
+                            f"(tokenizer.json); {type(tokenizer).__name__} gives none")
     label_ids = {label: i for i, label in enumerate(labels)}
-    units = [[str(c) for c in row[spec.tokens_column]] for row in rows]
-    texts = ["".join(row_units) for row_units in units]
+    separator = "" if spec.character_tags else " "
+    words = [[str(w) for w in row[spec.tokens_column]] for row in rows]
+    texts = [separator.join(row_words) for row_words in words]
     encoded = tokenizer(texts, truncation=True, max_length=max_length, return_offsets_mapping=True,
                         return_token_type_ids=True)
     features = []
     for i, row in enumerate(rows):
         text, tags = texts[i], row[spec.label_column]
-        unit_of_char = [u for u, unit in enumerate(units[i]) for _ in unit]
-        positions, continues = [None] * len(tags), [False] * len(tags)
-        label_row = []
+        word_of_char, word_start = [], set()  # separators belong to no word
+        for w, word in enumerate(words[i]):
+            word_start.add(len(word_of_char))
+            word_of_char += [w] * len(word) + [None] * len(separator)
+        positions, continues, label_row = [None] * len(tags), [False] * len(tags), []
         pieces = encoded.tokens(i)
         for position, (start, end) in enumerate(encoded["offset_mapping"][i]):
-            chars = [c for c in range(start, end) if not text[c].isspace()]
+            chars = [c for c in range(start, end) if not text[c].isspace() and word_of_char[c] is not None]
             if not chars or not pieces[position].strip("▁"):  # a special token, or a lone "▁" (its offsets
                 label_row.append(-100)                           # are the next character's at a text's start)
                 continue
-            first_unit = unit_of_char[chars[0]]
-            label_row.append(label_ids[tags[first_unit]])
-            for unit in dict.fromkeys(unit_of_char[c] for c in chars):
-                positions[unit], continues[unit] = position, unit != first_unit
+            first = word_of_char[chars[0]]
+            label_row.append(label_ids[tags[first]] if chars[0] in word_start else -100)
+            for w in dict.fromkeys(word_of_char[c] for c in chars):
+                if positions[w] is None:
+                    positions[w], continues[w] = position, w != first
         feature = {k: encoded[k][i] for k in MODEL_INPUTS if k in encoded}
         feature.update(labels=label_row, tag_positions=positions, tag_continues=continues)
         features.append(feature)
