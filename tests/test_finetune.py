@@ -200,6 +200,12 @@ def test_user_defined_task_from_cli_flags_and_json(tmp_path):
         TaskSpec.from_dict({"name": "x", "task_type": "single", "text_columns": ["t"], "colums": 1})
     with pytest.raises(TaskDataError, match="unknown task"):
         spec_from_cli("no-such-task")
+    # a registered task overridden: the JSON's fields over the registry's, the flags over both
+    spec = spec_from_cli("korsts", task_spec=json.dumps({"label_range": [0, 1], "metric": "pearson"}), metric="spearman")
+    assert (spec.task_type, spec.text_columns, spec.label_range, spec.metric) == (
+        "regression", ["sentence1", "sentence2"], (0.0, 1.0), "spearman")
+    assert spec_from_cli("nsmc", task_spec=json.dumps({"text_columns": ["review"]}), labels="neg,pos").labels == ["neg", "pos"]
+    assert spec_from_cli("nsmc", task_spec=json.dumps({"type": "pair", "columns": "a,b"})).metric == "accuracy"  # a new task
 
 
 # --- feature layout ----------------------------------------------------------------------------------------------
@@ -455,6 +461,7 @@ SAVE_CASES = {  # name: (base model, fine-tuning options, folders written)
     "xpt, full fine-tune": ("xpt", [], {"model"}),
     "stock bert, full fine-tune": ("bert", [], {"model"}),
     "xpt, lora merged": ("xpt", ["--peft", "lora", "--merge"], {"adapter", "model"}),
+    "xpt, lora merged, mean pooling": ("xpt", ["--peft", "lora", "--merge", "--pooling", "mean"], {"adapter", "model"}),
     "stock bert, lora adapter only": ("bert", ["--peft", "lora"], {"adapter"}),
 }
 
@@ -490,7 +497,7 @@ def test_saved_folders_reload_in_a_fresh_process_with_identical_logits(case, tmp
             model_dir.resolve())
         from training.finetuned_model import adapter_usage
 
-        usage = adapter_usage(adapter, "single", spec.labels, trust)
+        usage = adapter_usage(adapter, "single", spec.labels, trust, args.pooling)
         fresh = fresh_logits(adapter, texts, trust, adapter=True, usage=usage)
         assert fresh["logits"] == expected.tolist()  # the LoRA matrices and the trained head, on the base model
         assert fresh["id2label"] == {str(i): label for i, label in enumerate(spec.labels)}  # names, not LABEL_0
@@ -771,6 +778,12 @@ def test_extractive_qa_fixture(tmp_path):
     start[feature["start_positions"]], end[feature["end_positions"]] = 3.0, 3.0
     start[0] = end[0] = 9.0  # [CLS] is outside the context and must be ignored
     assert task_encoding.decode_qa([feature], [(start.numpy(), end.numpy())], rows[:1], spec) == ["서울"]
+    # a question longer than half the window is cut, and the overlap shrinks to fit (tokenizers would abort)
+    long = dict(rows[0], question=" ".join(["철수", "는", "어디", "에"] * 4))
+    with pytest.warns(UserWarning, match=r"1 question\(s\) longer than 8 tokens .* cut to their first 8 tokens"):
+        windows = task_encoding.encode_qa_task(spec, [long], tokenizer, 16, 8)
+    assert all(len(w["input_ids"]) <= 16 for w in windows)
+    assert [tokenizer.decode(w["input_ids"][w["start_positions"]:w["end_positions"] + 1]) for w in windows] == ["서울"]
 
     model_dir = stock_model_dir_with(tokenizer, tmp_path / "m")
     data = tmp_path / "qa"
@@ -845,6 +858,15 @@ def bad_input_case(case: str, tmp_path: Path) -> list[str]:
     elif case == "mean pooling with a LoRA adapter alone":
         model = xpt_model_dir(tmp_path / "xpt", word_tokenizer("bert", KOREAN_WORDS))
         task += ["--peft", "lora", "--pooling", "mean"]
+    elif case == "a negative hold-out count":
+        task += ["--hold-out-test", "-3"]
+    elif case == "a negative train sample count":
+        task += ["--max-train-samples", "-1"]
+    elif case == "mse for scores without a declared range":
+        task = ["--task", "sts", "--task-type", "regression", "--text-columns", "sentence1,sentence2", "--label-column",
+                "score", "--sts-loss", "mse"]
+    elif case == "pooling for a token task":
+        task = ["--task", "klue-ner", "--pooling", "mean"]
     elif case == "output folder would replace the model":
         model = stock_model_dir(tmp_path / "out" / "model")
     return ["--model", str(model), *quick(), *task, "--data-dir", str(data), "--output-dir", str(tmp_path / "out")]
@@ -875,6 +897,10 @@ BAD_INPUT = {
     "seeds that are not numbers": "--seeds one,two: give a count >= 1",
     "zero epochs": "--epochs 0: give at least 1",
     "mean pooling with a LoRA adapter alone": "--pooling mean with --peft lora needs --merge",
+    "a negative hold-out count": "--hold-out-test -3: give a number of train examples, or 0 for none",
+    "a negative train sample count": "--max-train-samples -1: give at least 1",
+    "pooling for a token task": "--pooling mean: a token head reads every token, it pools nothing",
+    "mse for scores without a declared range": "--sts-loss mse maps the scores onto the cosine's range by the task's label_range",
 }
 
 
@@ -939,6 +965,16 @@ def test_two_runs_cannot_share_an_output_folder(tmp_path, capsys):
     assert len(err) == 1 and "is in use by process" in err[0], err
     assert not (out / "results.json").exists()
     assert finetune.main(argv) == 0 and (out / "results.json").is_file()
+
+
+def test_the_same_command_runs_again_in_its_folder_when_the_task_spec_names_the_task(tmp_path):
+    data = toy_sentiment_dir(tmp_path / "data")
+    spec = json.dumps({"name": "reviews", "task_type": "single", "text_columns": ["document"], "labels": ["0", "1"]})
+    argv = ["--model", str(stock_model_dir(tmp_path / "m")), "--task", "mine", "--task-spec", spec, "--data-dir",
+            str(data), "--output-dir", str(tmp_path / "out"), *quick()]
+    assert finetune.main(argv) == 0
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["task"] == "reviews"
+    assert finetune.main(argv) == 0
 
 
 def test_bad_input_cli_exit_2_without_traceback(tmp_path):

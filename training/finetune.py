@@ -383,7 +383,7 @@ def fine_tune(args) -> dict[str, Any]:
     for name in [spec.metric] + spec.extra_metrics:
         if name not in allowed:
             raise TaskDataError(f"metric {name!r} does not fit a {spec.task_type} task; use one of {list(allowed)}")
-    check_reused_folder(args, seeds)
+    check_reused_folder(args, seeds, spec.name)
     splits = load_task_data(spec, args.data_dir, args.max_train_samples, args.max_eval_samples, args.data_seed,
                             args.hold_out_test, args.hold_out_dev)
     tokenizer, config = load_tokenizer_and_config(args.model, spec, args.trust_remote_code)
@@ -443,7 +443,7 @@ def fine_tune(args) -> dict[str, Any]:
               f"{saved['best_epoch']}): " + ", ".join(str(path) for path in written.values()))
         if "adapter" in written:
             print("  load the adapter: " + adapter_usage(written["adapter"], spec.task_type, spec.labels,
-                                                         args.trust_remote_code))
+                                                         args.trust_remote_code, args.pooling))
     elif args.save_model == "none" and any((out_dir / name).exists() for name in (MODEL_DIR, "adapter")):
         print(f"note: {out_dir} holds a model saved by an earlier run (its own results.json describes it)")
     if args.push_to_hub:

@@ -195,9 +195,16 @@ def check_options(args, spec: TaskSpec) -> list[int]:
         raise TaskDataError(f"--max-length {args.max_length}: give at least 8 tokens")
     if args.max_grad_norm < 0:
         raise TaskDataError(f"--max-grad-norm {args.max_grad_norm}: give a norm > 0, or 0 for no clipping")
-    for flag, value in (("--epochs", args.epochs), ("--batch-size", args.batch_size)):
-        if value < 1:
+    for flag, value in (("--epochs", args.epochs), ("--batch-size", args.batch_size),
+                        ("--max-train-samples", args.max_train_samples), ("--max-eval-samples", args.max_eval_samples)):
+        if value is not None and value < 1:
             raise TaskDataError(f"{flag} {value}: give at least 1")
+    for flag, value in (("--hold-out-test", args.hold_out_test), ("--hold-out-dev", args.hold_out_dev)):
+        if value < 0:
+            raise TaskDataError(f"{flag} {value}: give a number of train examples, or 0 for none")
+    if args.pooling and spec.task_type not in ("single", "pair", "regression"):
+        raise TaskDataError(f"--pooling {args.pooling}: a {spec.task_type} head reads every token, it pools "
+                            "nothing; drop --pooling")
     if args.peft == "lora" and args.pooling == "mean" and not args.merge:
         # the adapter reloads onto the base model's own config, which pools the first token
         raise TaskDataError("--pooling mean with --peft lora needs --merge: a LoRA adapter alone reloads with "
@@ -232,6 +239,10 @@ def resolve_pair_encoding(args, spec: TaskSpec) -> None:
         if value:
             raise TaskDataError(f"{flag} does not go with --pair-encoding bi (mean pooling, full fine-tuning; the "
                                 "saved model/ is a sentence encoder, not a classification model)")
+    if args.sts_loss == "mse" and spec.label_range is None:
+        raise TaskDataError(f"--sts-loss mse maps the scores onto the cosine's range by the task's label_range, which "
+                            f"{spec.name} does not declare: add \"label_range\": [low, high] to --task-spec, or drop "
+                            "--sts-loss (CoSENT needs only the scores' order)")
 
 
 def check_publishable(args, spec: TaskSpec, config, post_training: dict[str, Any] | None) -> None:
@@ -263,11 +274,12 @@ def hyperparameters(args) -> dict[str, Any]:
     """The options results.json records under `hyperparameters`; `check_reused_folder` compares them too."""
     return {k: getattr(args, k) for k in ("batch_size", "learning_rate", "epochs", "warmup_ratio", "weight_decay",
                                           "max_length", "patience", "max_train_samples", "max_eval_samples",
-                                          "hold_out_test", "hold_out_dev", "lora_r",
-                                          "lora_alpha", "pooling", "pair_encoding", "sts_loss", "speed_paths")}
+                                          "hold_out_test", "hold_out_dev", "lora_r", "lora_alpha",
+                                          "lora_dropout", "max_grad_norm", "doc_stride", "metric", "pooling",
+                                          "pair_encoding", "sts_loss", "speed_paths")}
 
 
-def check_reused_folder(args, seeds: list[int]) -> None:
+def check_reused_folder(args, seeds: list[int], task: str) -> None:
     """An output folder holding the results of a run with other options is refused (its results.json and
     runs/ would describe two runs at once) unless --overwrite-output-dir; the same options may run again."""
     path = Path(args.output_dir) / RESULTS_FILE
@@ -277,7 +289,7 @@ def check_reused_folder(args, seeds: list[int]) -> None:
         before = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         before = {}
-    now = {"model": str(args.model), "task": args.task, "mode": args.mode, "seeds": seeds, "peft": args.peft,
+    now = {"model": str(args.model), "task": task, "mode": args.mode, "seeds": seeds, "peft": args.peft,
            "data_seed": args.data_seed, **hyperparameters(args)}
     was = {"mode": "finetune", **before, **(before.get("hyperparameters") or {})}
     if was.get("pair_encoding") == "bi":

@@ -137,11 +137,14 @@ def save_selected(model, tokenizer, out_dir: str | Path, results: dict[str, Any]
     return written
 
 
-def adapter_usage(adapter_dir: Path, task_type: str, labels: list[str] | None, trust_remote_code: bool) -> str:
+def adapter_usage(adapter_dir: Path, task_type: str, labels: list[str] | None, trust_remote_code: bool,
+                  pooling: str | None = None) -> str:
     """The Python line that loads a saved adapter with its base model. An adapter folder holds no config.json,
-    so the line gives the label names (`id2label`, from which transformers counts the labels)."""
+    so the line gives the label names (`id2label`, from which transformers counts the labels) and the
+    sentence head's pooling when it is not the base model's."""
     auto = {"token": "AutoPeftModelForTokenClassification", "qa": "AutoPeftModelForQuestionAnswering"}.get(
         task_type, "AutoPeftModelForSequenceClassification")
     extra = "" if task_type == "qa" else f", id2label={dict(enumerate(labels))!r}" if labels else ", num_labels=1"
+    extra += f", classifier_pooling={pooling!r}" if pooling else ""
     trust = ", trust_remote_code=True" if trust_remote_code else ""
     return f'from peft import {auto}; {auto}.from_pretrained("{adapter_dir}"{trust}{extra})'

@@ -7,6 +7,7 @@ metrics over them (`score`).
 """
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -88,10 +89,27 @@ def encode_token_task(spec: TaskSpec, rows, tokenizer, max_length: int, labels: 
 def encode_qa_task(spec: TaskSpec, rows, tokenizer, max_length: int, stride: int):
     """SQuAD-style windows over the context. Each feature has start/end token positions of the first
     answer (0 = the first token when the answer is not inside the window), its example index and the
-    character offsets of its context tokens (None elsewhere) for span decoding."""
+    character offsets of its context tokens (None elsewhere) for span decoding.
+
+    A question keeps at most half the window (longer ones are cut, with a warning), and the windows'
+    overlap stays below what the longest question leaves for the context: `tokenizers` stops the whole
+    process otherwise."""
     questions = [str(row[spec.question_column]).strip() for row in rows]
     contexts = [str(row[spec.context_column]) for row in rows]
-    encoded = tokenizer(questions, contexts, truncation="only_second", max_length=max_length, stride=stride,
+    limit = max_length // 2
+    alone = tokenizer(questions, add_special_tokens=False, return_offsets_mapping=True)
+    cut = [k for k, ids in enumerate(alone["input_ids"]) if len(ids) > limit]
+    for k in cut:
+        questions[k] = questions[k][: alone["offset_mapping"][k][limit - 1][1]]
+    if cut:
+        warnings.warn(f"task {spec.name!r}: {len(cut)} question(s) longer than {limit} tokens (half of --max-length "
+                      f"{max_length}) cut to their first {limit} tokens, e.g. row {cut[0]}", stacklevel=2)
+    longest = max([min(len(ids), limit) for ids in alone["input_ids"]], default=0)
+    room = max_length - longest - tokenizer.num_special_tokens_to_add(pair=True)
+    if room < 2:
+        raise TaskDataError(f"task {spec.name!r}: --max-length {max_length} leaves no room for the context next to "
+                            f"questions of {longest} tokens: raise --max-length")
+    encoded = tokenizer(questions, contexts, truncation="only_second", max_length=max_length, stride=min(stride, room - 1),
                         return_overflowing_tokens=True, return_offsets_mapping=True, return_token_type_ids=True)
     features = []
     for i in range(len(encoded["input_ids"])):

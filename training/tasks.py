@@ -168,7 +168,9 @@ def get_task(name: str) -> TaskSpec:
 def spec_from_cli(name: str, task_spec: str | None = None, task_type: str | None = None,
                   text_columns: str | None = None, label_column: str | None = None, labels: str | None = None,
                   metric: str | None = None) -> TaskSpec:
-    """A registered task, optionally overridden, or a new one from `--task-spec` / column flags."""
+    """A registered task, or a new one from `--task-spec` / column flags. The JSON's fields override a
+    registered task's (a JSON with a `task_type` defines a new task instead), and the flags override both."""
+    data: dict[str, Any] = {}
     if task_spec:
         text = Path(task_spec).read_text(encoding="utf-8") if Path(task_spec).is_file() else task_spec
         try:
@@ -177,24 +179,21 @@ def spec_from_cli(name: str, task_spec: str | None = None, task_type: str | None
             raise TaskDataError(f"--task-spec is neither a JSON file nor JSON text: {error}") from None
         if not isinstance(data, dict):
             raise TaskDataError("--task-spec must be a JSON object")
-        data.setdefault("name", name)
-        return TaskSpec.from_dict(data)
-    overrides = {k: v for k, v in dict(task_type=task_type, label_column=label_column, metric=metric).items() if v}
+    new = {**data, **{k: v for k, v in dict(task_type=task_type, label_column=label_column, metric=metric).items() if v}}
     if text_columns:
-        overrides["text_columns"] = [c for c in text_columns.split(",") if c]
+        new["text_columns"] = [c for c in text_columns.split(",") if c]
     if labels:
-        overrides["labels"] = [c for c in labels.split(",") if c]
-    if name in REGISTRY:
-        if not overrides:
+        new["labels"] = [c for c in labels.split(",") if c]
+    if name in REGISTRY and not {"task_type", "type"} & set(data):
+        if not new:
             return get_task(name)
-        data = REGISTRY[name].to_dict()
-        data.update(overrides)
-        if "task_type" in overrides and "metric" not in overrides:
-            data["metric"] = DEFAULT_METRIC[overrides["task_type"]]
-        return TaskSpec.from_dict(data)
-    if not task_type:
+        merged = {**REGISTRY[name].to_dict(), **new}
+        if "task_type" in new and "metric" not in new:
+            merged["metric"] = DEFAULT_METRIC[new["task_type"]]
+        return TaskSpec.from_dict(merged)
+    if not data and not task_type:
         get_task(name)  # raises with the list of tasks
-    return TaskSpec.from_dict({"name": name, **overrides})
+    return TaskSpec.from_dict({"name": name, **new})
 
 
 # --- reading -------------------------------------------------------------------------------------------
