@@ -256,9 +256,7 @@ class XPTPreTrainedModel(PreTrainedModel):
     _no_split_modules = ["XPTEmbeddings", "XPTLayer"]
     # A post-trained folder holds the MLM head; heads that do not use it load without complaint.
     _keys_to_ignore_on_load_unexpected = [r"^lm_head\."]
-    # The losses are means over this call's examples: transformers' Trainer must scale them for gradient
-    # accumulation itself (it would not, for a forward taking **kwargs, unless told).
-    accepts_loss_kwargs = False
+    accepts_loss_kwargs = False  # losses are means over the call: transformers' Trainer scales them for accumulation
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -276,15 +274,19 @@ class XPTPreTrainedModel(PreTrainedModel):
 
     def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
         """E_T (and the tied decoder) for a tokenizer of `new_num_tokens` tokens (`len(tokenizer)`): the weights
-        get that many rows rounded up to `pad_to_multiple_of` (default `config.pad_vocab_to_multiple_of`; new
-        rows initialised by transformers), `config.vocab_size` becomes `new_num_tokens`, and the MLM output
-        bias b follows (new tokens start at the mean of b with `mean_resizing`, else at 0)."""
+        get that many rows rounded up to `pad_to_multiple_of` (default `config.pad_vocab_to_multiple_of`), new
+        tokens start at the mean of the old tokens' rows with `mean_resizing` (else N(0, initializer_range)),
+        `config.vocab_size` becomes `new_num_tokens`, and the MLM output bias b follows (its mean, or 0)."""
         if new_num_tokens is None:
             return self.get_input_embeddings()
         self.config.pad_vocab_to_multiple_of = pad_to_multiple_of or self.config.pad_vocab_to_multiple_of
         old_vocab, self.config.vocab_size = self.config.vocab_size, new_num_tokens
         embeddings = super().resize_token_embeddings(self.config.padded_vocab_size, None, mean_resizing)
         self.config.vocab_size = self.vocab_size = new_num_tokens  # the parent sets them to the row count
+        with torch.no_grad():  # every new token's row, also those that were padding rows (the parent skips them)
+            added = embeddings.weight[min(old_vocab, new_num_tokens):new_num_tokens]
+            std = self.config.initializer_range
+            added.copy_(embeddings.weight[:old_vocab].mean(0) if mean_resizing else torch.randn_like(added) * std)
         if isinstance(getattr(self, "lm_head", None), XPTLMHead):
             bias = self.lm_head.bias.data[: min(old_vocab, new_num_tokens)]
             fill = float(bias.mean()) if mean_resizing else 0.0
@@ -327,11 +329,9 @@ class XPTModel(XPTPreTrainedModel):
 
 
 class XPTLMHead(nn.Module):
-    """Eq. 5: p(x_i | h_i) = softmax(E_T g(h_i) + b), g = LayerNorm(act(W h + c)), decoder tied to E_T.
-
-    The decoder has `padded_vocab_size` rows (tensor-core friendly); logits are cut to `vocab_size`
-    so the padding rows are never predicted.
-    """
+    """Eq. 5: p(x_i | h_i) = softmax(E_T g(h_i) + b), g = LayerNorm(act(W h + c)), decoder tied to E_T. The
+    decoder has `padded_vocab_size` rows (tensor-core friendly); logits are cut to `vocab_size`, so the padding
+    rows are never predicted."""
 
     def __init__(self, config: XPTConfig):
         super().__init__()

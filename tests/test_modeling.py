@@ -210,6 +210,11 @@ def test_resizing_the_vocabulary_keeps_the_mlm_head_and_the_saved_folder_loadabl
         with torch.no_grad():
             assert model(ids, labels=ids).logits.shape == (1, 4, new)
     torch.testing.assert_close(model.lm_head.bias[: old - 7], bias[: old - 7])  # kept for the surviving tokens
+    with torch.no_grad():  # trained rows far from the padding rows' random init
+        model.get_input_embeddings().weight[: old - 7] += 5.0
+    model.resize_token_embeddings(old - 5)  # two tokens added inside the padded rows: they start at the mean
+    rows = model.get_input_embeddings().weight
+    torch.testing.assert_close(rows[old - 7: old - 5], rows[: old - 7].mean(0).expand(2, -1))
     model.save_pretrained(tmp_path)
     reloaded = XPTForMaskedLM.from_pretrained(tmp_path).eval()
     ids = torch.tensor([[2, 5, old - 8, 3]])
