@@ -30,7 +30,7 @@ def test_kill_mid_phase2_then_resume_matches_uninterrupted_run(tiny, tmp_path):
     run_subprocess(run_args(tiny, full, **common))
     run_killed_after(7, run_args(tiny, cut, **common))  # in phase 2
     assert not (cut / "training_summary.json").exists()
-    assert [s for s, _ in list_checkpoints(cut)] == [2, 6]  # step 4 ends phase 1: phase ends are not checkpointed
+    assert [s for s, _ in list_checkpoints(cut)] == [4, 6]  # step 4, the end of phase 1, with phase 2's optimiser
     proc = run_subprocess(run_args(tiny, cut, **common) + ["--resume", "latest"])
     assert "resuming from" in proc.stdout + proc.stderr and "checkpoint-6" in proc.stdout + proc.stderr
     assert losses(cut) == losses(full)  # loss and lr of every step, bit for bit
@@ -40,10 +40,12 @@ def test_kill_mid_phase2_then_resume_matches_uninterrupted_run(tiny, tmp_path):
     assert [p["steps"] for p in b["phases"]] == [4, 6] and b["resumed"]
 
 
-@pytest.mark.parametrize("stop_after,num_workers", [(7, 0), (3, 2)], ids=["phase2-in-process", "phase1-workers"])
+@pytest.mark.parametrize("stop_after,num_workers", [(7, 0), (3, 2), (5, 0)],
+                         ids=["phase2-in-process", "phase1-workers", "from-the-phase-boundary"])
 def test_resume_with_dropout_on_matches_uninterrupted_run(tiny, tmp_path, stop_after, num_workers):
     """Dropout draws from torch's global generator: nothing else on the resume path may draw from it.
-    Stopping at step 3 resumes from checkpoint 2 and crosses the phase boundary (step 4) after resuming."""
+    Stopping at step 3 resumes from checkpoint 2 and crosses the phase boundary (step 4) after resuming;
+    stopping at step 5 resumes from the checkpoint of the boundary itself."""
     source = tmp_path / "source"
     tiny_source("bert", word_tokenizer("bert", WORDS), source, dropout=0.1)
     full, cut = tmp_path / "full", tmp_path / "cut"
@@ -51,7 +53,8 @@ def test_resume_with_dropout_on_matches_uninterrupted_run(tiny, tmp_path, stop_a
                   num_workers=num_workers)
     run_subprocess(run_args(tiny, full, **common))
     run_killed_after(stop_after, run_args(tiny, cut, **common))
-    run_subprocess(run_args(tiny, cut, **common) + ["--resume", "latest"])
+    proc = run_subprocess(run_args(tiny, cut, **common) + ["--resume", "latest"])
+    assert f"checkpoint-{stop_after - stop_after % 2}" in proc.stdout + proc.stderr
     assert losses(cut) == losses(full)
     a = checkpoint_weights(latest_checkpoint(full))
     b = checkpoint_weights(latest_checkpoint(cut))
@@ -98,6 +101,25 @@ def test_a_folder_in_use_is_refused_and_a_killed_holder_frees_it(tiny, tmp_path,
     assert summary["total_steps"] == 2 and not (out / ".lock").exists()
 
 
+def test_tensorboard_curves_hold_each_step_once_after_a_resume_and_an_overwrite(tiny, tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cut = tmp_path / "cut"
+    common = dict(train_steps=8, phase1_steps=4, save_steps=2, save_total_limit=10, report_to="tensorboard")
+
+    def logged_steps():
+        curves = EventAccumulator(str(cut / "tensorboard"))
+        curves.Reload()
+        return [event.step for event in curves.Scalars("train/loss")]
+
+    run_killed_after(5, run_args(tiny, cut, **common))  # steps 1-5 logged, the last checkpoint at 4
+    run_subprocess(run_args(tiny, cut, **common) + ["--resume", "latest"])
+    assert logged_steps() == list(range(1, 9))
+    run_subprocess(run_args(tiny, cut, **common) + ["--overwrite-output-dir", "true"])
+    assert logged_steps() == list(range(1, 9))
+
+
 class _Payload:
     def __reduce__(self):
         return (os.system, ("touch PAYLOAD_RAN",))
@@ -127,7 +149,7 @@ def test_resume_survives_a_torn_log_and_skips_a_checkpoint_that_does_not_load(ti
     else:
         culprit = "pytorch_model.bin" if damage == "truncated weights" else "random_states_0.pkl"
         assert f"skipping checkpoint-6: {culprit} does not load" in said, said[-2000:]
-        assert "resuming from the newest checkpoint that loads: checkpoint-2" in said
+        assert "resuming from the newest checkpoint that loads: checkpoint-4" in said
     assert not (REPO_ROOT / "PAYLOAD_RAN").exists() and not (cut / "PAYLOAD_RAN").exists()
     assert losses(cut) == losses(full)  # resumed exactly, from whichever checkpoint it used
 
@@ -215,7 +237,7 @@ def test_disk_full_while_saving_a_checkpoint_is_one_line_and_resume_continues_ex
     assert errors[0].startswith("error: no space left") and f"checkpoint-6 in {cut / 'checkpoints'}" in errors[0]
     assert "MiB free" in errors[0] and "save_total_limit" in errors[0] and "save_steps" in errors[0], errors[0]
     assert not list((cut / "checkpoints").glob(".tmp-*"))  # the partial checkpoint is gone
-    assert [s for s, _ in list_checkpoints(cut)] == [2]  # step 4 ends phase 1 (not checkpointed)
+    assert [s for s, _ in list_checkpoints(cut)] == [2, 4]
     assert checkpoint_problem(latest_checkpoint(cut)) is None
     assert losses(cut) == losses(full)[:6]
     reset_accelerate()
@@ -228,8 +250,9 @@ def test_disk_full_while_saving_a_checkpoint_is_one_line_and_resume_continues_ex
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A real 800 KiB file system (tmpfs): a phase-1 checkpoint of the tiny model fits (about 415 KB), the next,
-    phase-2 one (about 610 KB, the optimiser state covers every parameter) does not. Mounting needs root."""
+    """A real 800 KiB file system (tmpfs): a phase-1 checkpoint of the tiny model fits (about 415 KB) and so does the
+    one at the phase boundary (phase 2's optimiser has no state yet); the next phase-2 one (about 610 KB, the
+    optimiser state covers every parameter) does not. Mounting needs root."""
     import shutil
 
     if os.geteuid() != 0 or not shutil.which("mount"):
@@ -256,8 +279,8 @@ def test_a_really_full_disk_keeps_the_last_checkpoint_and_resume_after_freeing_s
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert errors[0].startswith(f"error: no space left on the device to write checkpoint-6 in {cut / 'checkpoints'}")
-    assert "checkpoint-2 is intact" in errors[0]
-    assert [p.name for p in (cut / "checkpoints").iterdir()] == ["checkpoint-2"]  # the partial one is gone
+    assert "checkpoint-4 is intact" in errors[0]
+    assert sorted(p.name for p in (cut / "checkpoints").iterdir()) == ["checkpoint-2", "checkpoint-4"]  # not 6
     assert losses(cut) == losses(full)[:6]
     subprocess.run(["mount", "-o", "remount,size=8m", str(small_disk)], check=True)  # space is freed
     run_subprocess(run_args(tiny, cut, **common) + ["--resume", "latest"])

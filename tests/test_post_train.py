@@ -46,17 +46,19 @@ def test_phase1_trains_only_its_groups_and_phase2_trains_everything(tiny, tmp_pa
     # trained with eager attention, saved without it: the Auto classes load sdpa
     assert hardware["speed"]["attention"] == "eager"
     assert hardware["speed"]["num_workers"] == 0  # auto on a CPU: batches built in the training process
-    assert not [k for k in json.loads((out / "config.json").read_text()) if "attn" in k]
+    saved = json.loads((out / "config.json").read_text())
+    assert not [k for k in saved if "attn" in k]
+    assert saved["language"] == "ko"  # --language: neither the text file nor the tokenizer records one
 
     source = source_weights(tiny["bert"][0])
     ckpts = dict(list_checkpoints(out))
-    assert sorted(ckpts) == [1, 2, 3, 5, 6, 7]  # every step except phase ends (4, 8), keep 10
-    step1, step3, step5 = (checkpoint_weights(ckpts[s]) for s in (1, 3, 5))
+    assert sorted(ckpts) == [1, 2, 3, 4, 5, 6, 7]  # every step but the last (the model); 4 ends phase 1
+    step1, step3, step4, step5 = (checkpoint_weights(ckpts[s]) for s in (1, 3, 4, 5))
     pairs = reused_pairs(step1, "bert")
     assert len(pairs) > 20
     for name, src in pairs:  # frozen in phase 1: bit-identical to the English source
         assert torch.equal(step1[name], source[src]), name
-        assert torch.equal(step3[name], source[src]), name
+        assert torch.equal(step4[name], source[src]), name
     # (the attention key bias adds the same q.b_k to every score of a row: softmax-invariant, its
     # gradient is zero up to rounding, so it may legitimately stay put)
     pairs = [(n, s) for n, s in pairs if not n.endswith("attention.self.key.bias")]

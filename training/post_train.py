@@ -226,9 +226,11 @@ def prepare_run(config: PostTrainConfig, accelerator: Accelerator, speed: SpeedS
         raise ConfigError("tokenizer", "the tokenizer needs a mask and a pad token")
     model = config.method_entry().build(source, tokenizer, embedding_init=config.embedding_init,
                                         itl_init=config.itl_init, adapter_size=config.adapter_size)
-    # the target language recorded by the corpus preparation or the tokenizer training, saved in config.json
+    # the target language recorded by the corpus preparation or the tokenizer training, else the run's
+    # --language, saved in config.json
     model.config.language = recorded_language(resolve_local(data) if data else None,
-                                              resolve_local(config.tokenizer) if config.tokenizer else None)
+                                              resolve_local(config.tokenizer) if config.tokenizer else None
+                                              ) or config.language
     if config.post_training_dropout is not None:
         set_dropout(model, config.post_training_dropout, config.post_training_dropout)
     use_speed_paths(model, speed.attention, speed.dropout_mask)
@@ -270,8 +272,9 @@ def prepare_run(config: PostTrainConfig, accelerator: Accelerator, speed: SpeedS
               capacity=dict(length=row_length, mlm_probability=config.mlm_probability) if speed.masked_capacity else None,
               eval_kwargs=dict(collate_kwargs, seed=config.eval_seed), clock=clock)
 
-    if trackers:
-        accelerator.init_trackers("tensorboard", config=flat_hparams(config))
+    if trackers:  # a resumed run's curves drop the steps after its checkpoint, as losses.jsonl does below
+        purge = {"tensorboard": {"purge_step": state.step + 1}} if resume_from and "tensorboard" in trackers else {}
+        accelerator.init_trackers("tensorboard", config=flat_hparams(config), init_kwargs=purge)
     if accelerator.is_main_process:  # drop entries after the checkpoint we resume from
         kept = []
         if resume_from and run.loss_log.is_file():
@@ -308,6 +311,10 @@ def run_phase(run: Run, state: RunState, phase_index: int, progress, *, resume_f
     trainable = [p for p in run.train_module.parameters() if p.requires_grad]
     if resume_from is not None:
         accelerator.load_state(str(resume_from))
+    elif phase_index and state.step and state.step % config.save_steps == 0:
+        # the save due at the step that ended the last phase, taken with this phase's fresh optimiser
+        run.add_wall_time(state)
+        save_checkpoint(accelerator, run.output_dir, state.step, asdict(state), config.save_total_limit)
     stopped_early = False
     loader = iter(train_loader(run.micro_batches, state.step, state.step + phase.steps - state.phase_step,
                                num_workers=run.speed.loader_workers))

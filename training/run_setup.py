@@ -142,6 +142,7 @@ def claim_output_dir(config: PostTrainConfig, accelerator: Accelerator) -> None:
                           "continue it with --resume latest, or pass --overwrite-output-dir true")
     if accelerator.is_main_process:
         shutil.rmtree(output_dir / "checkpoints", ignore_errors=True)
+        shutil.rmtree(output_dir / "tensorboard", ignore_errors=True)
         for name in (SUMMARY_FILE, LOSS_LOG):
             (output_dir / name).unlink(missing_ok=True)
     accelerator.wait_for_everyone()
