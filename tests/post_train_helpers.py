@@ -38,6 +38,9 @@ def run_args(tiny, out_dir, family="bert", **overrides) -> list[str]:
                   warmup_steps=1, learning_rate=3e-3, eval_steps=3, save_steps=2, save_total_limit=10,
                   logging_steps=1, report_to="none", keep_checkpoints="true", output_dir=out_dir,
                   retain_cpu_memory="false")  # in-process runs: leave the test process's allocator alone
+    if "phases" in overrides:  # explicit phases carry the schedule themselves
+        for key in ("train_steps", "phase1_steps", "warmup_steps", "learning_rate"):
+            del fields[key]
     fields.update(overrides)
     argv = []
     for key, value in fields.items():

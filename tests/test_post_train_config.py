@@ -26,6 +26,7 @@ pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # reset Accelera
     ({"phases": '[{"name": "p", "trainable_groups": ["itl", "decoder_bias"], "steps": 3}]'},
      "phases[0].trainable_groups"),
     ({"phases": '[{"name": "p", "steps": 0}]'}, "phases[0].steps"),
+    ({"phases": '[{"name": "p", "steps": 3}]', "learning_rate": 0.5}, "learning_rate"),  # ignored beside phases
     ({"train_steps": 0}, "train_steps"),
     ({"phase1_steps": 0}, "phase1_steps"),
     ({"global_batch_size": 6, "gradient_accumulation_steps": 4}, "global_batch_size"),
@@ -168,10 +169,16 @@ def test_max_steps_scales_every_phase():
     assert [p.steps for p in phases] == [4, 6] and all(p.warmup_steps <= p.steps for p in phases)
 
 
+def test_the_default_schedule_decays_in_both_phases():
+    """The default warmup is a tenth of the default phases: the learning rate peaks and then decays in each."""
+    phases = config_from_dict({"data": "x"}).resolved_phases()
+    assert [(p.steps, p.warmup_steps) for p in phases] == [(1000, 100), (1000, 100)]
+
+
 @pytest.mark.parametrize("method", ["xpt", "xpt-sp", "scratch"])
 def test_warmup_is_capped_at_the_phase_for_every_method(method):
-    """The default 1,000 warmup steps in a 600-step run: every method runs (warmup = its phase), none is refused."""
-    c = config_from_dict({"data": "x", "method": method, "train_steps": 600, "phase1_steps": 200})
+    """1,000 warmup steps (the paper's) in a 600-step run: every method runs (warmup = its phase), none is refused."""
+    c = config_from_dict({"data": "x", "method": method, "train_steps": 600, "phase1_steps": 200, "warmup_steps": 1000})
     phases = c.resolved_phases()
     assert sum(p.steps for p in phases) == 600 and all(p.warmup_steps == p.steps for p in phases)
     validate_config(c)

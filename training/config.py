@@ -128,7 +128,7 @@ class PostTrainConfig:
     phase1_steps: int = arg(1000, "steps of phase 1 (two-phase methods xpt, xpt-no-itl); phase 2 gets train_steps - phase1_steps")
     learning_rate: float = arg(1e-4, "peak learning rate (phase 2, and single-phase methods)")
     phase1_learning_rate: float | None = arg(None, "peak learning rate of phase 1; None: learning_rate")
-    warmup_steps: int = arg(1000, "linear warmup steps at the start of each phase (capped at the phase length)")
+    warmup_steps: int = arg(100, "linear warmup steps at the start of each phase (capped at the phase length; the paper: 1000 of 60K-100K steps)")
     lr_schedule: str = arg("linear", "linear | cosine | constant, after the warmup, within each phase")
     early_stopping_patience: int | None = arg(None, "stop a phase after this many evaluations without a better valid loss (None: off)")
     global_batch_size: int = arg(256, "rows per optimiser step, over all processes and accumulation steps")

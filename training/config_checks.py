@@ -125,6 +125,14 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
         if c.phase1_steps >= c.train_steps:
             raise ConfigError("phase1_steps", f"{c.phase1_steps} leaves no steps for phase2 of train_steps={c.train_steps}; "
                               "lower phase1_steps or raise train_steps")
+    if c.phases:  # explicit phases carry their own schedule: a top-level one set beside them would be ignored
+        defaults = {f.name: f.default for f in dataclasses.fields(c)}
+        ignored = [name for name in ("train_steps", "phase1_steps", "learning_rate", "phase1_learning_rate",
+                                     "warmup_steps", "lr_schedule", "early_stopping_patience")
+                   if getattr(c, name) != defaults[name]]
+        if ignored:
+            raise ConfigError(ignored[0], f"{', '.join(ignored)} set beside `phases`, which define the schedule: "
+                              "set steps, learning_rate, warmup_steps, schedule and early_stopping_patience in each phase")
     for i, phase in enumerate(c.resolved_phases()):
         _validate_phase(i, phase)
     if not c.data:
