@@ -1184,6 +1184,14 @@ def test_a_task_file_saved_with_a_byte_order_mark_reads_its_header(tmp_path):
 
     (tmp_path / "train.tsv").write_bytes("\ufeffsentence1\tsentence2\tscore\r\n나는\t간다\t2\r\n".encode("utf-8"))
     assert _read_table(tmp_path / "train.tsv") == [{"sentence1": "나는", "sentence2": "간다", "score": "2"}]
+    for name, text in (("a.jsonl", '{"s": "나는"}\n'), ("b.json", '[{"s": "나는"}]')):  # JSON files too
+        (tmp_path / name).write_bytes(("\ufeff" + text).encode("utf-8"))
+        assert _read_table(tmp_path / name) == [{"s": "나는"}]
+
+
+def test_labels_given_as_one_string_in_a_task_spec_are_split_at_commas():
+    assert spec_from_cli("mine", task_spec='{"task_type": "single", "text_columns": ["t"], "labels": "neg,pos"}'
+                         ).labels == ["neg", "pos"]
 
 
 def test_hold_out_dev_scores_on_the_dev_texts_and_selects_on_train_examples(tmp_path):

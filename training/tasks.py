@@ -76,6 +76,8 @@ class TaskSpec:
                 raise TaskDataError(f"task {self.name!r}: a {self.task_type} task needs {' or '.join(map(str, want))} "
                                     f"text column(s), got {self.text_columns}")
         if self.labels is not None:
+            if isinstance(self.labels, str):  # "neg,pos", as --labels takes them
+                self.labels = [label for label in self.labels.split(",") if label]
             self.labels = [str(label) for label in self.labels]
             if len(set(self.labels)) != len(self.labels):
                 raise TaskDataError(f"task {self.name!r}: duplicate labels in {self.labels}")
@@ -222,7 +224,7 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
             return rows
     if path.suffix == ".jsonl":
         rows = []
-        with path.open(encoding="utf-8") as handle:
+        with path.open(encoding="utf-8-sig") as handle:  # a byte order mark, as Windows editors write, is not JSON
             for line_no, line in enumerate(handle, start=1):
                 if line.strip():
                     try:
@@ -231,7 +233,7 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
                         raise TaskDataError(f"{path}:{line_no}: invalid JSON ({error})") from None
         return rows
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
     except json.JSONDecodeError as error:
         raise TaskDataError(f"{path}: invalid JSON ({error})") from None
     if isinstance(data, dict) and isinstance(data.get("data"), list):
