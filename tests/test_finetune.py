@@ -1179,6 +1179,22 @@ def test_a_dev_score_that_is_never_a_number_keeps_the_first_epoch(tmp_path, monk
     assert run["best_epoch"] == 1 and len(run["epochs"]) == 2
 
 
+def test_the_saved_model_is_not_a_diverged_first_seed(tmp_path, monkeypatch):
+    """The first seed's dev score is NaN (diverged), the second's a number: the second seed's model is saved."""
+    args = ["--model", str(stock_model_dir(tmp_path / "m")), "--task", "nsmc", "--data-dir",
+            str(toy_sentiment_dir(tmp_path / "data")), "--output-dir", str(tmp_path / "out"), *quick("--seeds", 2)]
+    scores = iter([float("nan"), 55.0])
+    train_one_seed = finetune.train_one_seed
+
+    def diverging_first(*a, **k):
+        record, model = train_one_seed(*a, **k)
+        return {**record, "dev": next(scores)}, model
+
+    monkeypatch.setattr(finetune, "train_one_seed", diverging_first)
+    assert finetune.main(args) == 0
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["saved_model"]["seed"] == 1
+
+
 def test_a_task_file_saved_with_a_byte_order_mark_reads_its_header(tmp_path):
     from training.tasks import _read_table
 

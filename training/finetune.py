@@ -263,17 +263,24 @@ def post_training_info(model: str, method: str | None, sentences: int | None) ->
     return info or None
 
 
+def sample_std(values: list[float]) -> float:
+    """The seeds' standard deviation (ddof 1; 0 for one seed, NaN when a diverged seed scored NaN)."""
+    if any(math.isnan(v) for v in values):
+        return math.nan
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
 def summarize(spec: TaskSpec, runs: list[dict[str, Any]], args, post_training, splits) -> dict[str, Any]:
     split = "test" if runs[0]["test"] is not None else "dev"
     scores = [run[split] for run in runs]
     extra = {}
     for name in [spec.metric] + spec.extra_metrics:
         values = [run[f"{split}_metrics"][name] for run in runs]
-        extra[name] = {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0}
+        extra[name] = {"mean": statistics.fmean(values), "std": sample_std(values)}
     return {
         **summary_fields(spec, args, post_training, splits),
         "seeds": [run["seed"] for run in runs], "scores": scores,
-        "mean": statistics.fmean(scores), "std": statistics.stdev(scores) if len(scores) > 1 else 0.0,
+        "mean": statistics.fmean(scores), "std": sample_std(scores),
         "std_ddof": 1, "split": split,
         "runs": [{"seed": r["seed"], "dev": r["dev"], "test": r["test"], "best_epoch": r["best_epoch"]} for r in runs],
         "metrics": extra,
@@ -334,7 +341,7 @@ def summary_table(results: dict[str, Any]) -> str:
         test = f"{run['test']:.2f}" if run["test"] is not None else "-"
         lines.append(f"| {run['seed']} | {run['best_epoch']} | {run['dev']:.2f} | {test} |")
     dev_scores = [run["dev"] for run in results["runs"]]
-    dev_std = statistics.stdev(dev_scores) if len(dev_scores) > 1 else 0.0
+    dev_std = sample_std(dev_scores)
     test = f"{results['mean']:.2f} ± {results['std']:.2f}" if split == "test" else "-"
     lines.append(f"| mean ± std | | {statistics.fmean(dev_scores):.2f} ± {dev_std:.2f} | {test} |")
     return "\n".join(lines)
@@ -412,7 +419,8 @@ def fine_tune(args) -> dict[str, Any]:
         for seed in tqdm(seeds, desc=f"{spec.name} seeds", disable=args.no_progress):
             run_record, model = train_one_seed(args, spec, config, tokenizer, splits, features, seed, device,
                                                progress=not args.no_progress)
-            if args.save_model == "best" and (kept is None or run_record["dev"] > kept[0]["dev"]):
+            if args.save_model == "best" and (kept is None or run_record["dev"] > kept[0]["dev"] or (
+                    math.isnan(kept[0]["dev"]) and not math.isnan(run_record["dev"]))):  # a diverged seed: any other
                 kept = (run_record, model.to("cpu"))  # one model at a time on the device
             del model
             # The weight-loading report is the same for every seed: show it once.
