@@ -377,7 +377,8 @@ class XPTForMaskedLM(XPTPreTrainedModel):
         logits = self.lm_head(outputs.last_hidden_state)
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1).long(),
+                                   ignore_index=-100)
         output = MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
                                 attentions=outputs.attentions)
         return output if per_call(return_dict, self.config.return_dict) else output.to_tuple()
@@ -461,7 +462,7 @@ class XPTForTokenClassification(XPTPreTrainedModel):
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits.view(-1, self.num_labels).float(), labels.view(-1), ignore_index=-100)
+            loss = F.cross_entropy(logits.view(-1, self.num_labels).float(), labels.view(-1).long(), ignore_index=-100)
         output = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
                                        attentions=outputs.attentions)
         return output if per_call(return_dict, self.config.return_dict) else output.to_tuple()
@@ -484,8 +485,8 @@ class XPTForQuestionAnswering(XPTPreTrainedModel):
         if start_positions is not None and end_positions is not None:
             # Answers outside the (truncated) input point at an ignored index, as in transformers' QA heads.
             ignored = start_logits.size(1)
-            start = start_positions.view(-1).clamp(0, ignored)
-            end = end_positions.view(-1).clamp(0, ignored)
+            start = start_positions.view(-1).long().clamp(0, ignored)
+            end = end_positions.view(-1).long().clamp(0, ignored)
             loss = (F.cross_entropy(start_logits.float(), start, ignore_index=ignored)
                     + F.cross_entropy(end_logits.float(), end, ignore_index=ignored)) / 2
         output = QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -117,6 +118,10 @@ def test_tensorboard_curves_hold_each_step_once_after_a_resume_and_an_overwrite(
     run_subprocess(run_args(tiny, cut, **common) + ["--resume", "latest"])
     assert logged_steps() == list(range(1, 9))
     run_subprocess(run_args(tiny, cut, **common) + ["--overwrite-output-dir", "true"])
+    assert logged_steps() == list(range(1, 9))
+    shutil.rmtree(cut)
+    run_killed_after(1, run_args(tiny, cut, **common))  # dies before its first checkpoint: started afresh
+    run_subprocess(run_args(tiny, cut, **common))
     assert logged_steps() == list(range(1, 9))
 
 
@@ -253,8 +258,6 @@ def small_disk(tmp_path):
     """A real 800 KiB file system (tmpfs): a phase-1 checkpoint of the tiny model fits (about 415 KB) and so does the
     one at the phase boundary (phase 2's optimiser has no state yet); the next phase-2 one (about 610 KB, the
     optimiser state covers every parameter) does not. Mounting needs root."""
-    import shutil
-
     if os.geteuid() != 0 or not shutil.which("mount"):
         pytest.skip("mounting a size-limited tmpfs needs root and mount(8)")
     disk = tmp_path / "disk"

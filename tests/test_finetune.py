@@ -726,6 +726,29 @@ def test_tagged_words_are_tokenized_as_their_sentence_and_no_bare_piece_carries_
     assert task_encoding.token_tags(spec.labels, feature, logits) == row["label"]
 
 
+@pytest.mark.parametrize("character_tags", [False, True], ids=["words", "characters"])
+def test_byte_level_bpe_gives_each_word_one_tagged_token(character_tags):
+    """A byte-level BPE splits a Hangul syllable into byte tokens with the same offsets: only the first one of
+    each word (or character) may carry its tag."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    from tests.conftest import KOREAN_SENTENCES
+
+    backend = ByteLevelBPETokenizer()
+    backend.train_from_iterator(KOREAN_SENTENCES, vocab_size=300, min_frequency=1, show_progress=False)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend._tokenizer, unk_token="<unk>")
+    text = "서울 부산 광복"
+    tokens = list(text) if character_tags else text.split()
+    tags = ["O" if t == " " else "B-LC" for t in tokens]
+    spec = TaskSpec("toy", "token", labels=["O", "B-LC"], character_tags=character_tags)
+    feature = task_encoding.encode_token_task(spec, [{"tokens": tokens, "label": tags}], tokenizer, 64, spec.labels)[0]
+    assert len(feature["input_ids"]) > len(text.replace(" ", ""))  # bytes: more tokens than syllables
+    assert sum(label != -100 for label in feature["labels"]) == sum(t != " " for t in tokens)
+    logits = np.eye(2)[[max(label, 0) for label in feature["labels"]]]
+    assert task_encoding.token_tags(spec.labels, feature, logits) == tags
+
+
 @pytest.mark.parametrize("after, space", [("I-LC", "I-LC"), ("B-LC", "O"), ("I-PS", "O")])
 def test_a_space_joins_an_entity_only_when_the_next_character_continues_it(after, space):
     labels = ["O", "B-LC", "I-LC", "B-PS", "I-PS"]

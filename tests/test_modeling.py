@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from modeling_xpt import (PARAMETER_GROUPS, parameter_groups, set_trainable_groups, trainable_groups,
-                          XPTConfig, XPTForMaskedLM, XPTForSequenceClassification, from_source)
+                          XPTConfig, XPTForMaskedLM, XPTForQuestionAnswering, XPTForSequenceClassification,
+                          XPTForTokenClassification, from_source)
 from tests.conftest import REPO_ROOT
 from tests.model_factories import (  # noqa: F401 (family, source, tok: pytest fixtures)
     FAMILIES,
@@ -220,6 +221,21 @@ def test_resizing_the_vocabulary_keeps_the_mlm_head_and_the_saved_folder_loadabl
     ids = torch.tensor([[2, 5, old - 8, 3]])
     with torch.no_grad():
         torch.testing.assert_close(reloaded(ids).logits, model(ids).logits)
+
+
+def test_every_head_takes_int32_targets_as_int64_ones(source, tok, tmp_path):
+    """Targets built with numpy or pandas are often int32; torch's cross-entropy takes only int64."""
+    from_source(source, tok).save_pretrained(tmp_path)
+    ids, mask, labels = random_batch(XPTConfig.from_pretrained(tmp_path))
+    tags = torch.where(labels == -100, labels, labels % 3)
+    span = {"start_positions": torch.tensor([1, 2, 0]), "end_positions": torch.tensor([3, 2, 0])}
+    for head, kwargs in ((XPTForMaskedLM, {"labels": labels}), (XPTForTokenClassification, {"labels": tags}),
+                         (XPTForQuestionAnswering, span)):
+        model = head.from_pretrained(tmp_path, **({"num_labels": 3} if head is XPTForTokenClassification else {})).eval()
+        with torch.no_grad():
+            wide = model(ids, attention_mask=mask, **kwargs).loss
+            narrow = model(ids, attention_mask=mask, **{k: v.int() for k, v in kwargs.items()}).loss
+        torch.testing.assert_close(narrow, wide)
 
 
 def test_the_trainer_scales_the_loss_for_gradient_accumulation(source, tok, tmp_path):

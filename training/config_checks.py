@@ -38,7 +38,9 @@ def resume_changes(saved: dict, now: dict) -> tuple[dict, dict]:
     (`saved`, `PostTrainConfig.to_dict()`) and the settings it is resumed with, each as {field: [old, new]}.
     `eval_steps` is free unless early stopping reads the evaluations."""
     free_fields = set(RESUME_FREE)
-    if now.get("early_stopping_patience") is None and saved.get("early_stopping_patience") is None:
+    patience = [settings.get("early_stopping_patience") for settings in
+                (saved, now, *(saved.get("phases") or []), *(now.get("phases") or []))]
+    if all(p is None for p in patience):
         free_fields.add("eval_steps")
     changed = {k: [saved.get(k), now.get(k)] for k in sorted(set(saved) | set(now))
                if k not in RUN_CONTROL and saved.get(k) != now.get(k)}
@@ -52,8 +54,8 @@ def refuse_changed_resume(shaping: dict, checkpoint) -> None:
         listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in shaping.items())
         raise ConfigError("resume", f"{checkpoint} was trained with other settings: {listed}. A resumed run "
                           "continues the saved schedule, batches and seed, so the change would not take effect or "
-                          "would mix two runs: resume with the run's own settings (drop these options), or start a "
-                          "new run in another --output-dir")
+                          "would mix two runs: resume with the run's own settings (drop these options, or give the saved "
+                          "values where a default changed), or start a new run in another --output-dir")
 
 
 def validate_config(c: PostTrainConfig, world_size: int | None = None, check_data: bool = True) -> None:

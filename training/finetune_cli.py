@@ -275,7 +275,7 @@ def hyperparameters(args) -> dict[str, Any]:
     return {k: getattr(args, k) for k in ("batch_size", "learning_rate", "epochs", "warmup_ratio", "weight_decay",
                                           "max_length", "patience", "max_train_samples", "max_eval_samples",
                                           "hold_out_test", "hold_out_dev", "lora_r", "lora_alpha",
-                                          "lora_dropout", "max_grad_norm", "doc_stride", "metric", "pooling",
+                                          "lora_dropout", "max_grad_norm", "doc_stride", "pooling",
                                           "pair_encoding", "sts_loss", "speed_paths")}
 
 

@@ -272,8 +272,8 @@ def prepare_run(config: PostTrainConfig, accelerator: Accelerator, speed: SpeedS
               capacity=dict(length=row_length, mlm_probability=config.mlm_probability) if speed.masked_capacity else None,
               eval_kwargs=dict(collate_kwargs, seed=config.eval_seed), clock=clock)
 
-    if trackers:  # a resumed run's curves drop the steps after its checkpoint, as losses.jsonl does below
-        purge = {"tensorboard": {"purge_step": state.step + 1}} if resume_from and "tensorboard" in trackers else {}
+    if trackers:  # curves drop the steps after the one this run starts from, as losses.jsonl does below
+        purge = {"tensorboard": {"purge_step": state.step + 1}} if "tensorboard" in trackers else {}
         accelerator.init_trackers("tensorboard", config=flat_hparams(config), init_kwargs=purge)
     if accelerator.is_main_process:  # drop entries after the checkpoint we resume from
         kept = []

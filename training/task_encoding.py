@@ -64,9 +64,8 @@ def encode_token_task(spec: TaskSpec, rows, tokenizer, max_length: int, labels: 
     features = []
     for i, row in enumerate(rows):
         text, tags = texts[i], row[spec.label_column]
-        word_of_char, word_start = [], set()  # separators belong to no word
+        word_of_char = []  # separators belong to no word
         for w, word in enumerate(words[i]):
-            word_start.add(len(word_of_char))
             word_of_char += [w] * len(word) + [None] * len(separator)
         positions, continues, label_row = [None] * len(tags), [False] * len(tags), []
         pieces = encoded.tokens(i)
@@ -75,8 +74,8 @@ def encode_token_task(spec: TaskSpec, rows, tokenizer, max_length: int, labels: 
             if not chars or not pieces[position].strip("▁"):  # a special token, or a lone "▁" (its offsets
                 label_row.append(-100)                           # are the next character's at a text's start)
                 continue
-            first = word_of_char[chars[0]]
-            label_row.append(label_ids[tags[first]] if chars[0] in word_start else -100)
+            first = word_of_char[chars[0]]  # the first token of a word carries its tag (byte-level BPE may
+            label_row.append(label_ids[tags[first]] if positions[first] is None else -100)  # split a character)
             for w in dict.fromkeys(word_of_char[c] for c in chars):
                 if positions[w] is None:
                     positions[w], continues[w] = position, w != first
@@ -92,8 +91,8 @@ def encode_qa_task(spec: TaskSpec, rows, tokenizer, max_length: int, stride: int
     character offsets of its context tokens (None elsewhere) for span decoding.
 
     A question keeps at most half the window (longer ones are cut, with a warning), and the windows'
-    overlap stays below what the longest question leaves for the context: `tokenizers` stops the whole
-    process otherwise."""
+    overlap stays below what the longest question leaves for the context, with a token to spare for a cut
+    question that tokenizes one longer: `tokenizers` stops the whole process otherwise."""
     questions = [str(row[spec.question_column]).strip() for row in rows]
     contexts = [str(row[spec.context_column]) for row in rows]
     limit = max_length // 2
@@ -106,10 +105,10 @@ def encode_qa_task(spec: TaskSpec, rows, tokenizer, max_length: int, stride: int
                       f"{max_length}) cut to their first {limit} tokens, e.g. row {cut[0]}", stacklevel=2)
     longest = max([min(len(ids), limit) for ids in alone["input_ids"]], default=0)
     room = max_length - longest - tokenizer.num_special_tokens_to_add(pair=True)
-    if room < 2:
+    if room < 3:
         raise TaskDataError(f"task {spec.name!r}: --max-length {max_length} leaves no room for the context next to "
                             f"questions of {longest} tokens: raise --max-length")
-    encoded = tokenizer(questions, contexts, truncation="only_second", max_length=max_length, stride=min(stride, room - 1),
+    encoded = tokenizer(questions, contexts, truncation="only_second", max_length=max_length, stride=min(stride, room - 2),
                         return_overflowing_tokens=True, return_offsets_mapping=True, return_token_type_ids=True)
     features = []
     for i in range(len(encoded["input_ids"])):
