@@ -177,3 +177,15 @@ def test_a_study_resumed_with_another_spec_is_refused_naming_the_fields(tmp_path
     with pytest.raises(study.StudyError, match=r"sizes \[100, 400\] -> \[100, 200\]"):
         study.run_study(spec, out, resume=True)
     assert sorted(p.name for p in out.iterdir()) == [study.SPEC_FILE]  # nothing started
+
+
+def test_eval_cadence_is_fixed_when_an_explicit_phase_stops_early():
+    """Early stopping set inside a phase reads the evaluations as the top-level setting does."""
+    from training.config_checks import resume_changes
+
+    phases = [{"name": "a", "steps": 100, "early_stopping_patience": 2}]
+    shaping, free = resume_changes({"phases": phases, "eval_steps": 500}, {"phases": phases, "eval_steps": 7})
+    assert shaping == {"eval_steps": [500, 7]} and free == {}
+    no_stop = [{"name": "a", "steps": 100}]
+    shaping, free = resume_changes({"phases": no_stop, "eval_steps": 500}, {"phases": no_stop, "eval_steps": 7})
+    assert shaping == {} and free == {"eval_steps": [500, 7]}
