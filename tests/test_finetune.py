@@ -204,7 +204,7 @@ def test_user_defined_task_from_cli_flags_and_json(tmp_path):
     spec = spec_from_cli("korsts", task_spec=json.dumps({"label_range": [0, 1], "metric": "pearson"}), metric="spearman")
     assert (spec.task_type, spec.text_columns, spec.label_range, spec.metric) == (
         "regression", ["sentence1", "sentence2"], (0.0, 1.0), "spearman")
-    assert spec_from_cli("nsmc", task_spec=json.dumps({"text_columns": ["review"]}), labels="neg,pos").labels == ["neg", "pos"]
+    assert spec_from_cli("nsmc", task_spec=json.dumps({"columns": "review"}), labels="neg,pos").text_columns == ["review"]
     assert spec_from_cli("nsmc", task_spec=json.dumps({"type": "pair", "columns": "a,b"})).metric == "accuracy"  # a new task
 
 

@@ -43,8 +43,8 @@ def encode_token_task(spec: TaskSpec, rows, tokenizer, max_length: int, labels: 
     """Tagged words (or characters, ``spec.character_tags``: KLUE-NER tags every character, spaces included)
     -> the sentence tokenized whole, its words joined by spaces (characters as they are).
 
-    A token whose first non-space character starts a word carries that word's tag; the word's later tokens
-    carry none (-100); tokens that hold only a space carry none. Handing each word to the tokenizer on its
+    A word's first token (found by its characters' offsets) carries the word's tag; its later tokens carry
+    none (-100), nor do tokens that hold only a space. Handing each word to the tokenizer on its
     own instead (`is_split_into_words`) lets a SentencePiece-style tokenizer split a word it only knows
     inside a sentence into a bare "▁" piece, which would carry the tag, and the word; for characters every
     one becomes such a word, so sentences came out about twice as long, in pieces the encoder never saw.

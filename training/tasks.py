@@ -181,12 +181,15 @@ def spec_from_cli(name: str, task_spec: str | None = None, task_type: str | None
             raise TaskDataError(f"--task-spec is neither a JSON file nor JSON text: {error}") from None
         if not isinstance(data, dict):
             raise TaskDataError("--task-spec must be a JSON object")
+        for alias, field_name in (("type", "task_type"), ("columns", "text_columns")):  # from_dict's short names
+            if alias in data:
+                data.setdefault(field_name, data.pop(alias))
     new = {**data, **{k: v for k, v in dict(task_type=task_type, label_column=label_column, metric=metric).items() if v}}
     if text_columns:
         new["text_columns"] = [c for c in text_columns.split(",") if c]
     if labels:
         new["labels"] = [c for c in labels.split(",") if c]
-    if name in REGISTRY and not {"task_type", "type"} & set(data):
+    if name in REGISTRY and "task_type" not in data:
         if not new:
             return get_task(name)
         merged = {**REGISTRY[name].to_dict(), **new}
