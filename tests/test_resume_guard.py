@@ -18,12 +18,12 @@ COMMON = dict(train_steps=8, phase1_steps=4, save_steps=2, save_total_limit=10)
 
 @pytest.fixture(scope="module")
 def killed(tiny, tmp_path_factory):
-    """A run killed after step 5 (one checkpoint, at step 2: the end of phase 1 at step 4 is not
-    checkpointed, so a resumed run crosses the phase boundary), and the same run uninterrupted."""
+    """A run killed after step 3 (one checkpoint, at step 2: a resumed run crosses the phase boundary at
+    step 4), and the same run uninterrupted."""
     root = tmp_path_factory.mktemp("resume-guard")
     full, cut = root / "full", root / "cut"
     run_subprocess(run_args(tiny, full, **COMMON))
-    run_killed_after(5, run_args(tiny, cut, **COMMON))
+    run_killed_after(3, run_args(tiny, cut, **COMMON))
     return full, cut
 
 
@@ -161,8 +161,8 @@ def test_a_bi_encoder_folder_from_before_the_sts_loss_option_counts_as_mse(tmp_p
                                                   "hyperparameters": {"pair_encoding": "bi"}}))
     argv = ["--model", "m", "--task", "korsts", "--output-dir", str(out), "--pair-encoding", "bi", "--seeds", "1"]
     with pytest.raises(TaskDataError, match="sts_loss 'mse' -> 'cosent'"):
-        finetune_cli.check_reused_folder(finetune_cli.build_parser().parse_args(argv), [0])
-    finetune_cli.check_reused_folder(finetune_cli.build_parser().parse_args(argv + ["--sts-loss", "mse"]), [0])
+        finetune_cli.check_reused_folder(finetune_cli.build_parser().parse_args(argv), [0], "korsts")
+    finetune_cli.check_reused_folder(finetune_cli.build_parser().parse_args(argv + ["--sts-loss", "mse"]), [0], "korsts")
 
 
 def test_a_study_resumed_with_another_spec_is_refused_naming_the_fields(tmp_path):
