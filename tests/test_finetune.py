@@ -1200,6 +1200,10 @@ def test_a_dev_score_that_is_never_a_number_keeps_the_first_epoch(tmp_path, monk
     monkeypatch.setattr(finetune, "evaluate_split", lambda *a, **k: {spec.metric: float("nan")})
     run, _ = finetune.train_one_seed(args, spec, config, tokenizer, splits, features, 0, torch.device("cpu"), False)
     assert run["best_epoch"] == 1 and len(run["epochs"]) == 2
+    scores = iter([float("nan"), 60.0])  # diverged at first, a number after: the number wins
+    monkeypatch.setattr(finetune, "evaluate_split", lambda *a, **k: {spec.metric: next(scores, 50.0)})
+    run, _ = finetune.train_one_seed(args, spec, config, tokenizer, splits, features, 0, torch.device("cpu"), False)
+    assert run["best_epoch"] == 2
 
 
 def test_the_saved_model_is_not_a_diverged_first_seed(tmp_path, monkeypatch):

@@ -224,7 +224,7 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
         # One line per epoch even without bars: a log of a long run shows where it is and how dev moves.
         tqdm.write(f"seed {seed} epoch {epoch}: train loss {np.mean(losses):.4f}, dev {spec.metric} "
                    f"{dev[spec.metric]:.2f} ({time.time() - started:.0f} s)")
-        if dev[spec.metric] > best_score or best_state is None:  # a NaN dev score still keeps its first epoch
+        if best_state is None or improves(dev[spec.metric], best_score):  # a NaN one still keeps its first epoch
             best_score, best_epoch, best_dev, stale = dev[spec.metric], epoch, dev, 0
             best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
         else:
@@ -261,6 +261,12 @@ def post_training_info(model: str, method: str | None, sentences: int | None) ->
     if sentences is not None:
         info["train_sentences"] = sentences
     return info or None
+
+
+def improves(score: float, best: float) -> bool:
+    """`score` is a better dev score than `best`, the epoch's or the seed's to beat; a NaN score (a diverged
+    run) loses to any number."""
+    return score > best or (math.isnan(best) and not math.isnan(score))
 
 
 def sample_std(values: list[float]) -> float:
@@ -419,8 +425,7 @@ def fine_tune(args) -> dict[str, Any]:
         for seed in tqdm(seeds, desc=f"{spec.name} seeds", disable=args.no_progress):
             run_record, model = train_one_seed(args, spec, config, tokenizer, splits, features, seed, device,
                                                progress=not args.no_progress)
-            if args.save_model == "best" and (kept is None or run_record["dev"] > kept[0]["dev"] or (
-                    math.isnan(kept[0]["dev"]) and not math.isnan(run_record["dev"]))):  # a diverged seed: any other
+            if args.save_model == "best" and (kept is None or improves(run_record["dev"], kept[0]["dev"])):
                 kept = (run_record, model.to("cpu"))  # one model at a time on the device
             del model
             # The weight-loading report is the same for every seed: show it once.
