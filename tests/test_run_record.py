@@ -62,3 +62,19 @@ def test_records_that_cannot_be_read_fail_in_one_line(tmp_path, content, message
     assert "\n" not in str(caught.value)
     if content is None:
         assert RunRecord.read_if_present(tmp_path) is None  # where a folder without a record is fine
+
+
+def test_a_crash_while_writing_leaves_the_previous_record(tmp_path, monkeypatch):
+    record = RunRecord.from_dict(UNVERSIONED)
+    record.write(tmp_path)
+    before = (tmp_path / SUMMARY_FILE).read_bytes()
+    changed = RunRecord.from_dict({**UNVERSIONED, "total_steps": 8})
+
+    def crash(_fd):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr("os.fsync", crash)  # the new text is written, then the process dies before the rename
+    with pytest.raises(OSError, match="disk gone"):
+        changed.write(tmp_path)
+    assert (tmp_path / SUMMARY_FILE).read_bytes() == before
+    assert RunRecord.read(tmp_path) == record

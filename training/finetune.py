@@ -42,7 +42,6 @@ task data and decoding of predictions in `training/task_encoding.py`, the model 
 from __future__ import annotations
 
 import inspect
-import json
 import math
 import platform
 import statistics
@@ -386,7 +385,8 @@ def publish(args, model_dir: Path) -> None:
 def fine_tune(args) -> dict[str, Any]:
     import torch
 
-    from training.finetuned_model import MODEL_DIR, adapter_usage, remove_stale, save_selected, saved_model_record
+    from training.finetuned_model import (MODEL_DIR, adapter_usage, remove_stale, save_selected, saved_model_record,
+                                         write_json)
 
     resolve_options(args)
     spec = spec_from_cli(args.task, args.task_spec, args.task_type, args.text_columns, args.label_column,
@@ -410,7 +410,7 @@ def fine_tune(args) -> dict[str, Any]:
     if args.mode == "probe":
         results = {**summary_fields(spec, args, post_training, splits), "mode": "probe", **reads,
                    "split": reads["probe"]["mean"]["split"]}
-        (out_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        write_json(out_dir / RESULTS_FILE, results)
         print(reads_table(spec, reads))
         print(f"wrote {out_dir / RESULTS_FILE}")
         return results
@@ -430,8 +430,7 @@ def fine_tune(args) -> dict[str, Any]:
             del model
             # The weight-loading report is the same for every seed: show it once.
             transformers.logging.set_verbosity_error()
-            (out_dir / "runs" / f"seed_{seed}.json").write_text(
-                json.dumps(run_record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+            write_json(out_dir / "runs" / f"seed_{seed}.json", run_record, indent=1)
             runs.append(run_record)
     finally:
         transformers.logging.set_verbosity(verbosity)
@@ -442,7 +441,7 @@ def fine_tune(args) -> dict[str, Any]:
         written = save_selected(kept[1], tokenizer, out_dir, results, base_model=args.model, peft=args.peft,
                                 merge=args.merge)
         del kept
-    (out_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_json(out_dir / RESULTS_FILE, results)
     for stale in (out_dir / "runs").glob("seed_*.json"):  # seeds of an earlier run that this one did not train
         if stale.stem.removeprefix("seed_") not in {str(s) for s in seeds}:
             stale.unlink()

@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tokenization.folders import write_text_atomic
 from training.run_record import RESULTS_FILE, SUMMARY_FILE
 
 MODEL_DIR = "model"
@@ -86,13 +87,14 @@ def saved_model_record(run: dict[str, Any], peft: str | None, merge: bool) -> di
             "selected_by": "dev", "kind": kind, "folders": folders}
 
 
-def _write_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+def write_json(path: Path, data: dict, indent: int = 2) -> None:
+    """`data` as JSON in `path`, whole or not at all (a crash mid-write leaves the previous file)."""
+    write_text_atomic(path, json.dumps(data, indent=indent, ensure_ascii=False) + "\n")
 
 
 def _records(folder: Path, results: dict[str, Any], base_model: str) -> None:
     """results.json of the run, and the base model's post-training record when it has one."""
-    _write_json(folder / RESULTS_FILE, results)
+    write_json(folder / RESULTS_FILE, results)
     summary = Path(base_model) / SUMMARY_FILE
     if summary.is_file():
         shutil.copyfile(summary, folder / SUMMARY_FILE)
@@ -114,7 +116,7 @@ def save_adapter(peft_model, tokenizer, folder: Path, results: dict[str, Any], b
             config.base_model_name_or_path = str(local.resolve())
     peft_model.save_pretrained(str(folder))
     save_tokenizer(tokenizer, folder)
-    _write_json(folder / RESULTS_FILE, results)
+    write_json(folder / RESULTS_FILE, results)
 
 
 def save_selected(model, tokenizer, out_dir: str | Path, results: dict[str, Any], *, base_model: str,

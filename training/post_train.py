@@ -65,6 +65,7 @@ from transformers import PreTrainedTokenizerBase
 from modeling_xpt import save_model_folder, set_trainable_groups, trainable_groups
 from modeling_xpt.tokenizer_files import recorded_language
 from tokenization.errors import ConfigError, UserError, report_error
+from tokenization.folders import write_text_atomic
 from training.checkpointing import DiskFull, FolderInUse, folder_lock, read_state, save_checkpoint
 from training.config import PhaseConfig, PostTrainConfig, describe_batch, flat_hparams, load_config
 from training.config_checks import data_to_read
@@ -280,7 +281,7 @@ def prepare_run(config: PostTrainConfig, accelerator: Accelerator, speed: SpeedS
         if resume_from and run.loss_log.is_file():
             kept = [line for line in run.loss_log.read_text().splitlines()
                     if (step := _logged_step(line)) is not None and step <= state.step]
-        run.loss_log.write_text("".join(line + "\n" for line in kept))
+        write_text_atomic(run.loss_log, "".join(line + "\n" for line in kept))
     if resume_from:
         log(f"resuming from {resume_from} (step {state.step}, phase {run.phases[state.phase_index].name} "
             f"step {state.phase_step})" if state.phase_index < len(run.phases) else f"resuming from {resume_from}")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenization.errors import UserError
+from tokenization.folders import write_text_atomic
 
 SUMMARY_FILE = "training_summary.json"
 LOSS_LOG = "losses.jsonl"  # one JSON line per logged step, written by post-training
@@ -149,7 +150,7 @@ class RunRecord:
 
     def write(self, folder: str | Path) -> Path:
         path = Path(folder) / SUMMARY_FILE
-        path.write_text(json.dumps(self.to_dict(), indent=2, ensure_ascii=False), encoding="utf-8")
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=2, ensure_ascii=False))
         return path
 
 
