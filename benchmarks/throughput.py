@@ -15,6 +15,9 @@ the CPU recipes run, `post_training_dropout: 0`), one micro-batch of B rows x se
                 transformers' `DataCollatorForLanguageModeling` (15%), dense LM head and cross-entropy
                 inside the model; fp32 eager, SDPA attention (transformers' default), AdamW(fused=True)
                 (the Trainer default on torch >= 2.8), glibc's default malloc.
+  stock-padded  the same, fp32 eager, with run_mlm's `--line_by_line` rows instead of blocks: one text per
+                row (cut at seq-len) padded to the longest row of its batch, so that each text attends only
+                to itself as XPT's rows do; the padding is computed and not counted as real tokens.
   stock-best    the same with XPT's best precision and compile settings (attention stays SDPA: transformers'
                 eager attention computes in bf16 under autocast, and was slower).
   stock-best-retained
@@ -128,6 +131,7 @@ class Path_:
     stock: bool
     speed: SpeedSettings
     next_fit: bool = False  # XPT rows packed next-fit (the packer before best-fit), to measure packing on its own
+    padded: bool = False  # stock with one text per row, padded to the longest in its batch
 
 
 def path_table(best: SpeedSettings) -> dict[str, Path_]:
@@ -137,6 +141,8 @@ def path_table(best: SpeedSettings) -> dict[str, Path_]:
         "stock-eager": Path_("stock-eager", True, SpeedSettings("no", False, True, False, "sdpa", "torch")),
         "stock-best": Path_("stock-best", True, replace(stock_best, retain_memory=False)),
         "stock-best-retained": Path_("stock-best-retained", True, stock_best),
+        "stock-padded": Path_("stock-padded", True, SpeedSettings("no", False, True, False, "sdpa", "torch"),
+                              padded=True),
         "xpt": Path_("xpt", False, best),
         "xpt-eager": Path_("xpt-eager", False, replace(best, compile=False, fused_adamw=False, masked_capacity=False)),
         "xpt-eager-fused": Path_("xpt-eager-fused", False, replace(best, compile=False, masked_capacity=False)),
@@ -266,25 +272,30 @@ def next_fit_rows(sentences, capacity: int):
     return datasets.Dataset.from_dict(rows)
 
 
-def stock_batches(texts, tokenizer, args, n: int):
-    """run_mlm: tokenise with special tokens, concatenate, cut into seq-len blocks, DataCollatorForLanguageModeling."""
+def stock_batches(texts, tokenizer, args, n: int, padded: bool = False):
+    """run_mlm: tokenise with special tokens, concatenate, cut into seq-len blocks, DataCollatorForLanguageModeling.
+    `padded`: run_mlm's `--line_by_line` instead: one text per row (cut at seq-len), padded to the longest
+    row of its batch, attention over each row's own tokens."""
     from transformers import DataCollatorForLanguageModeling
 
-    ids: list[int] = []
-    for text in texts:  # whole texts, cut into blocks below: their length is no concern here (run_mlm's warning off)
-        ids += tokenizer(text, verbose=False)["input_ids"]
     t = args.seq_len
-    blocks = [ids[i:i + t] for i in range(0, len(ids) - t + 1, t)]
+    if padded:
+        rows = [tokenizer(text, truncation=True, max_length=t)["input_ids"] for text in texts]
+    else:
+        ids: list[int] = []
+        for text in texts:  # whole texts, cut into blocks below: their length is no concern here (run_mlm's warning off)
+            ids += tokenizer(text, verbose=False)["input_ids"]
+        rows = [ids[i:i + t] for i in range(0, len(ids) - t + 1, t)]
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, return_tensors="pt")
     torch.manual_seed(args.seed)
     g = torch.Generator().manual_seed(args.seed)
-    order = torch.randperm(len(blocks), generator=g).tolist()
+    order = torch.randperm(len(rows), generator=g).tolist()
     batches = []
     for k in range(n):
         chosen = [order[(k * args.batch_size + j) % len(order)] for j in range(args.batch_size)]
-        batch = dict(collator([{"input_ids": blocks[i]} for i in chosen]))
-        batch["attention_mask"] = torch.ones_like(batch["input_ids"])
-        batch["_attn_sq"] = args.batch_size * t * t
+        # the collator pads to the longest row, on the tokenizer's side, masks included
+        batch = dict(collator([{"input_ids": rows[i], "attention_mask": [1] * len(rows[i])} for i in chosen]))
+        batch["_attn_sq"] = sum(len(rows[i]) ** 2 for i in chosen)
         batches.append(batch)
     return batches
 
@@ -347,7 +358,7 @@ class Runner:
             host = {k: v for k, v in batch.items() if not k.startswith("_")}
             training_step(self.step_module, [host], self.optimizer, self.scheduler, accelerator, params=self.params,
                           pad_id=pad_id if not self.path.stock else -1, max_grad_norm=1.0, capacity=self.capacity)
-            real += int(host["input_ids"].ne(pad_id).sum()) if not self.path.stock else host["input_ids"].numel()
+            real += int(host["input_ids"].ne(pad_id).sum()) if not self.path.stock else int(host["attention_mask"].sum())
             masked = int(host["labels"].ne(-100).sum())
             head += host["input_ids"].numel() if self.path.stock else masked
             attn += batch["_attn_sq"]
@@ -371,7 +382,7 @@ def build_runner(path: Path_, xpt_model, tokenizer, texts, args, workdir, accele
         model = to_stock(xpt_model)
         model.config._attn_implementation = path.speed.attention
         set_dropout(model, args.dropout, args.dropout)
-        batches = stock_batches(texts, tokenizer, args, n_batches)
+        batches = stock_batches(texts, tokenizer, args, n_batches, padded=path.padded)
     else:  # what post-training runs: its speed paths, the LM head at the masked positions
         model = copy.deepcopy(xpt_model)
         set_dropout(model, args.dropout, args.dropout)  # as post_train.py applies `post_training_dropout`
@@ -723,6 +734,7 @@ def main(argv=None) -> int:
         settings = (f"{s.mixed_precision}, {'inductor' if s.compile else 'eager'}, "
                     f"{'fused' if s.fused_adamw else 'default'} AdamW, {s.attention} attention, "
                     f"{'retained' if run.retained else 'default'} malloc"
+                    + (", one text per padded row" if run.path.padded else "")
                     + ("" if run.path.stock else f", {'static' if s.masked_capacity else 'exact'} head, "
                        f"{s.dropout_mask} dropout mask, {'next' if run.path.next_fit else 'best'}-fit rows"))
         if run.error or not run.tokens_per_s:

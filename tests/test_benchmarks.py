@@ -30,19 +30,22 @@ def test_cli_tiny_cpu_smoke(tmp_path):
     out = tmp_path / "result.json"
     cmd = [sys.executable, "benchmarks/throughput.py", "--device", "cpu", "--size", "tiny", "--rounds", "2",
            "--steps-per-round", "1", "--warmup", "1", "--num-texts", "400", "--compile", "false",
-           "--paths", "stock-eager", "stock-best", "xpt", "xpt-eager", "xpt-sdpa", "--json", str(out), "--profile", "1"]
+           "--paths", "stock-eager", "stock-best", "stock-padded", "xpt", "xpt-eager", "xpt-sdpa", "--json", str(out),
+           "--profile", "1"]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     rows = {m["path"]: m for m in map(ROW.match, lines) if m}
-    assert sorted(rows) == ["stock-best", "stock-eager", "xpt", "xpt-eager", "xpt-sdpa"], proc.stdout
+    assert sorted(rows) == ["stock-best", "stock-eager", "stock-padded", "xpt", "xpt-eager", "xpt-sdpa"], proc.stdout
+    assert "one text per padded row" in rows["stock-padded"]["settings"]
     # the attention each path ran with, as the table states it: stock SDPA, XPT's explicit path on CPU
     assert all("sdpa attention" in rows[p]["settings"] for p in ("stock-eager", "stock-best", "xpt-sdpa"))
     assert "eager attention" in rows["xpt"]["settings"] and "best-fit rows" in rows["xpt"]["settings"]
     # each path in its own process, with its own allocator setting: stock as users run it, XPT as post_train.py
     # does; the processes report whether `retain_freed_memory` took effect there
     retained = {r["path"]: r["retained_memory"] for r in json.loads(out.read_text())["results"]}
-    assert retained == {"stock-eager": False, "stock-best": False, "xpt": True, "xpt-eager": True, "xpt-sdpa": True}
+    assert retained == {"stock-eager": False, "stock-best": False, "stock-padded": False, "xpt": True, "xpt-eager": True,
+                        "xpt-sdpa": True}
     assert all("default malloc" in rows[p]["settings"] for p in ("stock-eager", "stock-best"))
     assert all("retained malloc" in rows[p]["settings"] for p in ("xpt", "xpt-eager", "xpt-sdpa"))
     for row in rows.values():
@@ -53,7 +56,8 @@ def test_cli_tiny_cpu_smoke(tmp_path):
     assert sorted(mfu) == sorted(rows) and all(0 < m < 1 for m in mfu.values()), mfu
     assert float(rows["stock-eager"]["ratio"]) == 1.0
     profiled = re.findall(r"^# profile of ([a-z-]+), 1 steps$", proc.stdout, flags=re.M)
-    assert profiled == ["stock-eager", "stock-best", "xpt", "xpt-eager", "xpt-sdpa"] and "aten::mm" in proc.stdout
+    assert profiled == ["stock-eager", "stock-best", "stock-padded", "xpt", "xpt-eager", "xpt-sdpa"]
+    assert "aten::mm" in proc.stdout
     assert "measured matmul peak" in proc.stdout and "load average" in proc.stdout
     last = re.fullmatch(r"ratio_vs_stock_eager=([\d.]+) ratio_vs_stock_best=([\d.]+) mfu=([\d.]+) device=cpu "
                         r"cpu_class=[a-z0-9-]+", lines[-1])
@@ -113,6 +117,17 @@ def test_batches_are_the_training_batches(tmp_path):
     for b in stock:
         assert b["input_ids"].shape == (4, 32) and bool(b["attention_mask"].all())
         assert b["_attn_sq"] == 4 * 32 * 32
+    # run_mlm --line_by_line: one text per row, padded to the longest of the batch, pads never masked
+    padded = tp.stock_batches(texts, tokenizer, _args(seq_len=512, batch_size=8), 3, padded=True)
+    for b in padded:
+        mask = b["attention_mask"].bool()
+        lengths = mask.sum(-1)
+        assert b["input_ids"].shape == (8, int(lengths.max())) and not bool(mask.all())
+        assert bool(b["input_ids"][~mask].eq(tokenizer.pad_token_id).all())
+        assert bool(b["labels"][~mask].eq(-100).all()) and bool(b["labels"][mask].ne(-100).any())
+        assert b["_attn_sq"] == int((lengths ** 2).sum())
+        ends = b["input_ids"].gather(1, (lengths - 1)[:, None]).squeeze(1)  # each row ends with its [SEP]
+        assert bool(ends.eq(tokenizer.sep_token_id).all())
 
 
 def test_mfu_formula():
