@@ -14,7 +14,7 @@
 #
 # Inputs: the folder of recipe (c) in benchmarks/README.md (SOURCE, TOKENIZER, DATA, TASKS below).
 # Results: OUT_DIR/pt-NAME (model, training_summary.json), OUT_DIR/ft-NAME-TASK/results.json,
-# a log per step; `xpt-compare OUT_DIR/ft-* --out REPORT` tabulates them.
+# a log per step; `xpt-compare OUT_DIR --out REPORT` tabulates them.
 set -u
 R=${1:?usage: methods_side_by_side.sh OUT_DIR [STEPS [PHASE1_STEPS [WARMUP]]]}
 STEPS=${2:-1500}; P1=${3:-500}; WU=${4:-150}

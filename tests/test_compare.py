@@ -82,3 +82,57 @@ def test_rows_scored_on_different_splits_are_separate_series():
     rows = [{"method": "xpt", "peft": None, "split": "test"}, {"method": "xpt", "peft": None, "split": "dev"}]
     labels = {compare.series_label(row, mixed_splits=True) for row in rows}
     assert labels == {"xpt [test]", "xpt [dev]"} and compare.series_label(rows[0], mixed_splits=False) == "xpt"
+
+
+def test_results_of_other_recipes_are_labelled_apart_and_interrupted_runs_named(result_dirs, tmp_path, capsys):
+    """Two results of one model on other splits (a held-out dev split as test) never share a row or a plot
+    line: the settings in which they differ label them; a floor is labelled by its split settings only;
+    scores without seeds (probes, floors) carry no ±; a run folder without results.json is named, not counted."""
+    _, outs = result_dirs
+    base = json.loads((outs[1] / "results.json").read_text())
+    other = json.loads(json.dumps(base))
+    other["hyperparameters"].update(hold_out_dev=40, epochs=3)
+    other["num_examples"]["train"] += 7
+    # a floor and a probe as --floor / --mode both add them (their scores do not matter here)
+    base["floor"] = {"kind": "floor", "split": "test", "train_examples": base["num_examples"]["train"], "score": 55.0}
+    other["floor"] = {**base["floor"], "train_examples": base["num_examples"]["train"] + 7, "score": 56.0}
+    other["probe"] = {"mean": {**base["floor"], "kind": "probe", "score": 61.0}}
+    for name, data in (("a", base), ("b", other)):
+        (tmp_path / "in" / name).mkdir(parents=True)
+        (tmp_path / "in" / name / "results.json").write_text(json.dumps(data))
+    (tmp_path / "in" / "cut" / "runs").mkdir(parents=True)  # an interrupted run: seed records only
+    (tmp_path / "in" / "cut" / "runs" / "seed_0.json").write_text(json.dumps({"seed": 0, "dev": 50.0, "test": 50.0}))
+    report = compare.compare([str(tmp_path / "in")], tmp_path / "out")
+    method = base["post_training"]["method"]
+    labels = sorted(r["method"] for r in report["rows"])
+    n, m = base["num_examples"]["train"], other["num_examples"]["train"]
+    assert labels == sorted([f"{method} [epochs=2, hold_out_dev=0, train_examples={n}]",
+                             f"{method} [epochs=3, hold_out_dev=40, train_examples={m}]",
+                             f"{method} probe (mean) [epochs=3, hold_out_dev=40, train_examples={m}]",
+                             f"{compare.FLOOR} [hold_out_dev=0, train_examples={n}]",
+                             f"{compare.FLOOR} [hold_out_dev=40, train_examples={m}]"])
+    assert "| 61.00 | - |" in report["markdown"] and "61.00 ±" not in report["markdown"]
+    assert f"{tmp_path / 'in' / 'cut'}: 1 seed(s) finished but no results.json" in capsys.readouterr().err
+    with pytest.raises(compare.CompareError, match=r"no fine-tuning results.json .*\(only interrupted runs\)"):
+        compare.find_results([str(tmp_path / "in" / "cut")])
+
+
+def test_models_of_one_label_at_one_size_are_separate_plot_lines(monkeypatch, tmp_path):
+    """A sweep gives several models of one method and size: one line each, named by model, never one line
+    that doubles back at the same size."""
+    drawn = []
+    import matplotlib.axes
+
+    errorbar = matplotlib.axes.Axes.errorbar
+
+    def record(self, x, y, **kw):
+        drawn.append((kw["label"], x))
+        return errorbar(self, x, y, **kw)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "errorbar", record)
+    row = {"task": "nsmc", "metric": "accuracy", "split": "test", "method": "xpt", "peft": None, "std": 0.1, "n": 3}
+    rows = [{**row, "model": "runs/sweep-p1-250", "sentences": 1000, "mean": 70.0},
+            {**row, "model": "runs/sweep-p1-1000", "sentences": 1000, "mean": 72.0},
+            {**row, "method": "scratch", "model": "runs/scratch", "sentences": 1000, "mean": 65.0}]
+    compare.plot_task("nsmc", rows, tmp_path)
+    assert sorted(drawn) == [("scratch", [1000]), ("xpt (sweep-p1-1000)", [1000]), ("xpt (sweep-p1-250)", [1000])]

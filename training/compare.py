@@ -14,6 +14,10 @@ finetune.py puts in the model folders it saves are not counted twice). Output in
 
 Method and data size come from ``results.json["post_training"]`` (copied by finetune.py from the model
 folder's training_summary.json, or given with --post-training-method/--post-training-sentences).
+Results of one task fine-tuned with different settings or on different splits (``hyperparameters``,
+``num_examples``) are told apart: the settings that differ are added to their labels, e.g.
+``xpt [hold_out_dev=5000, hold_out_test=0]``. A folder with per-seed records but no results.json (an
+interrupted run) is named on stderr, not counted.
 """
 from __future__ import annotations
 
@@ -31,6 +35,8 @@ from training.run_record import RESULTS_FILE
 
 REQUIRED = ("task", "metric")
 FLOOR = "no-model floor (TF-IDF)"
+# the settings that decide a floor's splits (the rest of the recipe only changes fine-tuned scores)
+DATA_SETTINGS = ("hold_out_test", "hold_out_dev", "max_train_samples", "max_eval_samples", "data_seed")
 
 
 class CompareError(UserError):
@@ -67,12 +73,43 @@ def find_results(paths: list[str]) -> list[Path]:
         elif path.is_dir():
             # a folder search skips the results.json files that fine-tuning did not write (a study's report/)
             found = [f for f in sorted(path.rglob(RESULTS_FILE)) if not saved_model_copy(f) and names_a_task(f)]
+            unfinished = interrupted_runs(path)
+            for folder, seeds in unfinished:
+                print(f"note: {folder}: {seeds} seed(s) finished but no {RESULTS_FILE} (an interrupted run): not "
+                      "counted; run its finetune.py command again to finish it", file=sys.stderr)
             if not found:
-                raise CompareError(f"{path}: no fine-tuning results.json found under this folder")
+                raise CompareError(f"{path}: no fine-tuning results.json found under this folder"
+                                   + (" (only interrupted runs)" if unfinished else ""))
             files.extend(found)
         else:
             raise CompareError(f"{path}: no such file or folder")
     return list(dict.fromkeys(p.resolve() for p in files))
+
+
+def interrupted_runs(root: Path) -> list[tuple[Path, int]]:
+    """Folders under `root` (itself included) holding finetune.py's per-seed records without its results.json."""
+    folders = sorted({seed.parent.parent for seed in root.rglob("runs/seed_*.json")})
+    return [(f, len(list((f / "runs").glob("seed_*.json")))) for f in folders if not (f / RESULTS_FILE).is_file()]
+
+
+def recipe(data: dict[str, Any]) -> dict[str, Any]:
+    """What decides a result besides the model: the fine-tuning settings and the split sizes."""
+    return {**(data.get("hyperparameters") or {}), "data_seed": data.get("data_seed"),
+            **{f"{split}_examples": n for split, n in (data.get("num_examples") or {}).items()}}
+
+
+def label_recipes(rows: list[dict[str, Any]]) -> None:
+    """Add to each row's method the settings in which its task's rows differ (nothing when they agree), so
+    that a table row or plot line never merges results of different recipes or splits; a floor's label takes
+    only the settings that decide its splits."""
+    for task in {r["task"] for r in rows}:
+        task_rows = [r for r in rows if r["task"] == task]
+        shared = set.intersection(*(set(r["recipe"]) for r in task_rows))
+        differ = sorted(k for k in shared if len({json.dumps(r["recipe"][k]) for r in task_rows}) > 1)
+        for r in task_rows:
+            keys = [k for k in differ if r["method"] != FLOOR or k in DATA_SETTINGS or k.endswith("_examples")]
+            if keys:
+                r["method"] += " [" + ", ".join(f"{k}={r['recipe'][k]}" for k in keys) + "]"
 
 
 def load_results(files: list[Path]) -> list[dict[str, Any]]:
@@ -91,7 +128,7 @@ def load_results(files: list[Path]) -> list[dict[str, Any]]:
         method = post.get("method") or Path(str(data.get("model", path.parent))).name
         row = {"file": str(path), "task": data["task"], "metric": data["metric"], "split": data.get("split", "?"),
                "model": str(data.get("model", "")), "method": method, "sentences": post.get("train_sentences"),
-               "peft": data.get("peft")}
+               "peft": data.get("peft"), "recipe": recipe(data)}
         if "scores" in data:
             rows.append({**row, "mean": float(data["mean"]), "std": float(data["std"]), "n": len(data["scores"])})
         for pooling, probe in (data.get("probe") or {}).items():  # one score, no seeds
@@ -109,6 +146,7 @@ def load_results(files: list[Path]) -> list[dict[str, Any]]:
         if len(metrics) > 1:
             raise CompareError(f"task {task}: the results report different metrics ({', '.join(metrics)}); compare "
                                "results scored with the same metric (fine-tune them again with the same version)")
+    label_recipes(rows)
     return rows
 
 
@@ -135,8 +173,8 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
                   "| --- | ---: | --- | --- | ---: | ---: |"]
         for r in task_rows:
             method = r["method"] + (f" + {r['peft']}" if r["peft"] else "")
-            lines.append(f"| {method} | {_size(r['sentences'])} | {r['model']} | {r['split']} | "
-                         f"{r['mean']:.2f} ± {r['std']:.2f} | {r['n'] or '-'} |")
+            score = f"{r['mean']:.2f} ± {r['std']:.2f}" if r["n"] else f"{r['mean']:.2f}"  # probes, floors: no seeds
+            lines.append(f"| {method} | {_size(r['sentences'])} | {r['model']} | {r['split']} | {score} | {r['n'] or '-'} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -154,11 +192,15 @@ def plot_task(task: str, rows: list[dict[str, Any]], out: Path) -> Path:
     for row in rows:
         label = series_label(row, len(splits) > 1)
         (series[label] if row["sentences"] else references).append(row if row["sentences"] else (label, row))
+    for label in [k for k, points in series.items() if len({p["sentences"] for p in points}) < len(points)]:
+        for point in series.pop(label):  # models of one label at one size (a sweep): a line per model
+            series[f"{label} ({Path(point['model']).name})"].append(point)
     sizes = sorted({r["sentences"] for r in rows if r["sentences"]})
     for label in sorted(series):
         points = sorted(series[label], key=lambda r: r["sentences"])
-        ax.errorbar([p["sentences"] for p in points], [p["mean"] for p in points], yerr=[p["std"] for p in points],
-                    marker="o", capsize=3, label=label)
+        seeded = any(p["n"] for p in points)  # probes have one score each: no error bars
+        ax.errorbar([p["sentences"] for p in points], [p["mean"] for p in points],
+                    yerr=[p["std"] for p in points] if seeded else None, marker="o", capsize=3, label=label)
     for label, row in references:
         name = Path(row["model"]).name
         ax.axhline(row["mean"], linestyle="--", linewidth=1, color="gray",
