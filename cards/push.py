@@ -185,17 +185,8 @@ def stage_folder(model_dir: Path, stage: Path, *, fmt: str, repo_id: str, regene
     if fmt == "stock":
         from training.export_stock import main as export_stock
 
-        info = inspect_folder(model_dir, load_tokenizer=False)
-        if info.config.get("model_type") != "xpt" or info.pipeline_tag != "fill-mask":
-            raise PushError(f"--format stock needs a post-trained XPT masked-LM folder; {model_dir} holds "
-                            f"{info.architecture or info.config.get('model_type')} (nothing uploaded)")
-        if info.config.get("adapter_size"):
-            raise PushError("--format stock: this model has bottleneck adapters and no stock equivalent (nothing uploaded)")
-        export_dir = stage.parent / "stock-export"
+        export_dir = stage.parent / "stock-export"  # with the run's records; refuses what has no stock form
         export_stock.__wrapped__([str(model_dir), str(export_dir)])  # raises on a failed check, and on Ctrl-C
-        for name in (SUMMARY_FILE, RESULTS_FILE):
-            if (model_dir / name).is_file():
-                shutil.copy2(model_dir / name, export_dir / name)
         source = export_dir
         card_kwargs.setdefault("custom_repo_id", None)
         regenerate = True

@@ -202,6 +202,8 @@ def to_stock(model: XPTForMaskedLM) -> PreTrainedModel:
         tie_word_embeddings=True,
     )
     stock_config.mask_token_id = c.mask_token_id
+    # what the model card and Space read about where the weights came from and which language they speak
+    stock_config.language, stock_config.source_name_or_path = c.language, c.source_name_or_path
     stock = stock_class(stock_config)
     layout = {"layer_shift": int(c.use_itl_in), "itl_out_index": c.num_total_layers - 1}
     state = {}

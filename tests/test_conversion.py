@@ -193,6 +193,33 @@ def test_cli_convert_then_export_stock(source, tok, tmp_path):
 
 
 
+def test_export_stock_keeps_the_records_and_refuses_a_classifier(source, tok, tmp_path):
+    """The stock folder carries the run's records and the target language, so that its card describes the
+    trained model; a fine-tuned classifier has no stock masked-LM form and is refused, nothing written."""
+    from modeling_xpt import XPTForSequenceClassification
+
+    model = from_source(source, tok)
+    model.config.language = "ja"
+    model.save_pretrained(tmp_path / "xpt")
+    tok.save_pretrained(tmp_path / "xpt")
+    (tmp_path / "xpt" / "training_summary.json").write_text(json.dumps({"method": "xpt", "total_steps": 4}))
+    cmd = [sys.executable, "-m", "training.export_stock"]
+    done = subprocess.run(cmd + [str(tmp_path / "xpt"), str(tmp_path / "stock")], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((tmp_path / "stock" / "training_summary.json").read_text())["total_steps"] == 4
+    config = json.loads((tmp_path / "stock" / "config.json").read_text())
+    assert config["language"] == "ja" and config["source_name_or_path"] == model.config.source_name_or_path
+
+    classifier = XPTForSequenceClassification(model.config)
+    classifier.save_pretrained(tmp_path / "cls")
+    tok.save_pretrained(tmp_path / "cls")
+    refused = subprocess.run(cmd + [str(tmp_path / "cls"), str(tmp_path / "cls-stock")], cwd=REPO_ROOT,
+                             capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "holds XPTForSequenceClassification" in refused.stderr, refused.stderr[-2000:]
+    assert not (tmp_path / "cls-stock").exists()
+
+
 # ---------------------------------------------------------------- bad input
 
 
