@@ -1188,7 +1188,17 @@ def test_push_after_training_uploads_or_says_how_to_retry(outcome, tmp_path, mon
         errors = [line for line in captured.err.splitlines() if "error" in line.lower()]  # not the progress bars
         assert len(errors) == 1 and errors[0].startswith("error: " + message), errors
         assert f"The model is saved in {out / 'model'}; after fixing that, run `xpt-push --model-dir " \
-               f"{out / 'model'} --repo-id org/xpt-toy-nsmc`" in errors[0]
+               f"{out / 'model'} --repo-id org/xpt-toy-nsmc --license cc-by-4.0`" in errors[0]  # the same licence
+
+
+def test_the_retry_command_of_a_failed_push_keeps_every_choice():
+    """A push that failed before its repo existed must not, retried as told, create it public or under
+    another licence or base model; a folder name with a space stays one word."""
+    from training.publishing import retry_command
+
+    assert retry_command("runs/my model", "org/x", private=True, license="cc-by-4.0", base_model="org/xpt-ko") == (
+        "xpt-push --model-dir 'runs/my model' --repo-id org/x --private --license cc-by-4.0 --base-model org/xpt-ko")
+    assert retry_command("runs/m", "org/x") == "xpt-push --model-dir runs/m --repo-id org/x"
 
 
 def test_a_dev_score_that_is_never_a_number_keeps_the_first_epoch(tmp_path, monkeypatch):

@@ -57,7 +57,7 @@ from tokenization.errors import UserError, report_error
 from training import metrics_downstream, sentence_similarity
 from training.finetune_cli import (build_parser, check_options, check_publishable, check_reused_folder,
                                    hyperparameters, resolve_options)
-from training.publishing import publisher
+from training.publishing import publisher, retry_command
 from training.run_record import RESULTS_FILE, RecordError, RunRecord
 from training.task_encoding import MODEL_INPUTS, build_features, collate, score
 from training.task_model import apply_lora, load_model, load_tokenizer_and_config, max_input_length
@@ -377,9 +377,9 @@ def publish(args, model_dir: Path) -> None:
         hub.push(model_dir, args.push_to_hub, private=args.hub_private, dry_run=args.push_dry_run,
                  require_license=True, **card)
     except hub.Error as error:
+        retry = retry_command(model_dir, args.push_to_hub, private=args.hub_private, **card)
         raise PushFailed(f"push to {args.push_to_hub} failed: {error}. The model is saved in {model_dir}; after "
-                         f"fixing that, run `xpt-push --model-dir {model_dir} --repo-id "
-                         f"{args.push_to_hub}`") from None
+                         f"fixing that, run `{retry}`") from None
 
 
 def fine_tune(args) -> dict[str, Any]:

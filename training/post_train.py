@@ -74,7 +74,7 @@ from training.intrinsic import evaluate, frequency_baseline, init_output_bias, u
 from training.masked_lm import MaskedLMTraining, set_dropout, use_speed_paths
 from training.mlm_batches import BatchSchedule, Masker, TrainMicroBatches, train_loader
 from training.mlm_data import build_token_rows, describe_data_source
-from training.publishing import publisher
+from training.publishing import publisher, retry_command
 from training.run_record import LOSS_LOG, SUMMARY_FILE, BatchRecord, DataRecord, PhaseRecord, RunRecord
 from training.run_setup import (check_resumed_settings, claim_output_dir, dry_run, get_tokenizer, hardware, load_splits,
                                 resume_point, row_statistics, start_run)
@@ -468,10 +468,10 @@ def write_outputs(run: Run, state: RunState) -> RunRecord:
                 hub.push(run.output_dir, config.push_to_hub, private=config.hub_private, log=run.log,
                          license=config.hub_license, require_license=True)
             except hub.Error as error:
+                retry = retry_command(run.output_dir, config.push_to_hub, private=config.hub_private,
+                                      license=config.hub_license)
                 run.log(f"push to {config.push_to_hub} failed, nothing uploaded: {error}\n  the model is saved in "
-                        f"{run.output_dir}; retry with `xpt-push --model-dir {run.output_dir} "
-                        f"--repo-id {config.push_to_hub}"
-                        + (f" --license {config.hub_license}" if config.hub_license else "") + "`")
+                        f"{run.output_dir}; retry with `{retry}`")
     accelerator.wait_for_everyone()
     if run.trackers:
         accelerator.end_training()

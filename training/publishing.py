@@ -21,3 +21,15 @@ def publisher(name: str = "hub"):
         raise UserError(f"publishing needs the project installed with its cards package (no {GROUP!r} entry point "
                         f"named {name!r}): run `pip install -e .` in the checkout, or publish later with `xpt-push`")
     return next(iter(found)).load()
+
+
+def retry_command(model_dir, repo_id: str, *, private: bool = False, license: str | None = None,
+                  base_model: str | None = None) -> str:
+    """The `xpt-push` command that repeats a failed push with every choice the user made: a push that failed
+    before the repo existed must not create it public, or with another licence or base model, on retry."""
+    import shlex
+
+    words = ["xpt-push", "--model-dir", str(model_dir), "--repo-id", repo_id] + (["--private"] if private else [])
+    for flag, value in (("--license", license), ("--base-model", base_model)):
+        words += [flag, value] if value else []
+    return shlex.join(words)
