@@ -100,3 +100,19 @@ def test_make_card_keeps_a_hand_written_card(inputs, tmp_path):
     assert (model / "README.md").read_text(encoding="utf-8") == "# My own card\n"
     assert run("cards.make_card", "--model-dir", model, "--license", "mit", "--overwrite").returncode == 0
     assert "My own card" not in (model / "README.md").read_text(encoding="utf-8")
+
+
+def test_overwrite_of_the_current_folder_is_refused(tmp_path):
+    """`--out . --overwrite` would move the working folder aside and write the new corpus into what is then
+    deleted: refused, nothing touched."""
+    here = tmp_path / "here"
+    here.mkdir()
+    (here / "old.txt").write_text("earlier run")
+    (tmp_path / "text.txt").write_text("\n".join(KOREAN_SENTENCES * 20) + "\n", encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), OMP_NUM_THREADS="1")
+    refused = subprocess.run([sys.executable, "-m", "tokenization.prepare_corpus", "--input", str(tmp_path / "text.txt"),
+                              "--out", ".", "--overwrite", "--no-progress", "--valid", "2", "--test", "2",
+                              "--min-chars", "2"], cwd=here, env=env, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "run the command from another folder" in refused.stderr, refused.stderr
+    assert sorted(p.name for p in here.iterdir()) == ["old.txt"] and sorted(p.name for p in tmp_path.iterdir()) == [
+        "here", "text.txt"]
