@@ -326,6 +326,35 @@ def test_files_saved_with_a_byte_order_mark_and_windows_line_ends_read_as_their_
     assert list(iter_file_texts(tmp_path / "a.txt")) == ["영화가 좋다", "둘째 줄"]
 
 
+def test_broken_text_is_skipped_and_counted_or_refused(tmp_path):
+    """A JSON line with half an emoji (a lone surrogate escape) is skipped and counted like a line that is not
+    UTF-8; a cp949 file is refused although its blank lines decode as UTF-8."""
+    from tokenization.corpus_io import Utf8Counter, iter_file_texts
+
+    rows = tmp_path / "cut.jsonl"
+    rows.write_text('{"text": "좋은 영화였습니다 \\ud83d"}\n{"text": "둘째 문장이다."}\n', encoding="utf-8")
+    bad = Utf8Counter()
+    assert list(iter_file_texts(rows, bad)) == ["둘째 문장이다."] and bad.per_file == {str(rows): 1}
+    legacy = tmp_path / "cp949.txt"
+    legacy.write_bytes(("\n\n".join(["오늘은 날씨가 맑다.", "영화가 정말 좋았다.", "다음에 또 보자."]) + "\n").encode("cp949"))
+    with pytest.raises(InputError, match="cp949.txt: 3 of 5 lines are not valid UTF-8"):
+        list(iter_file_texts(legacy))
+
+
+def test_a_shard_size_below_one_is_refused_before_any_work(tmp_path):
+    (tmp_path / "a.txt").write_text("오늘은 날씨가 맑다.\n" * 20, encoding="utf-8")
+    with pytest.raises(InputError, match="--shard-size 0: give the number of sentences per file"):
+        pc.prepare([str(tmp_path / "a.txt")], tmp_path / "out", valid=1, test=1, shard_size=0, progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_cleaning_a_long_run_of_spaces_in_parentheses_is_quick():
+    """Runs of spaces are collapsed before the empty-parentheses rule, which backtracked over them for minutes
+    (2,000 spaces: 41 s; the result is checked here) and now sees one space."""
+    text, reason = clean_paragraph("신청인 (" + " " * 3000 + ") 서명.")
+    assert (text, reason) == ("신청인 서명.", None)
+
+
 def test_stats_on_fixture(tmp_path):
     kept = ["대한민국의 수도는 서울이다.", "나는 아침마다 공원에서 산책을 한다.", "이 영화는 정말 재미있었다!"]
     raw = (

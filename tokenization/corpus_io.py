@@ -71,13 +71,14 @@ def iter_lines(path: Path, bad: Utf8Counter | None = None) -> Iterator[str]:
     A line with invalid UTF-8 bytes is skipped as a whole (decoding around bad bytes would glue
     broken Hangul syllables into the corpus) and counted in ``bad``. A UTF-8 byte-order mark at the
     start is dropped. When the file ends with more
-    skipped lines than read ones, it is refused (InputError): not UTF-8 text.
+    skipped lines than read ones with text, it is refused (InputError): not UTF-8 text (blank lines
+    decode in any encoding and do not count).
     """
     try:
         f = open_binary(path)
     except FileNotFoundError:
         raise InputError(f"{path}: file not found (check the path)") from None
-    read = skipped = 0
+    read = skipped = texts = 0
     with f:
         try:
             for raw in f:
@@ -89,12 +90,13 @@ def iter_lines(path: Path, bad: Utf8Counter | None = None) -> Iterator[str]:
                         bad.add(path, raw)
                     continue
                 read += 1
+                texts += bool(line.strip())
                 # a byte-order mark (files saved by Windows editors) is no part of the first text
                 yield (line.removeprefix("\ufeff") if read == 1 else line).rstrip("\r\n")
         except (OSError, EOFError, zlib.error, lzma.LZMAError) as e:  # truncated/corrupt gzip or xz, not gzip at all...
             raise InputError(f"{path}: cannot read ({e}); check that the file is complete and its "
                              f"compression matches its suffix") from None
-    if skipped > read:
+    if skipped > texts:
         raise InputError(f"{path}: {skipped} of {read + skipped} lines are not valid UTF-8, so this is not UTF-8 "
                          f"text; re-encode it (e.g. iconv -f cp949 -t utf-8) or leave it out")
 
@@ -115,6 +117,12 @@ def iter_file_texts(path: Path, bad: Utf8Counter | None = None, text_field: str 
                 if not found and not (isinstance(rec, dict) and text_field in rec):  # named otherwise: fail at once
                     raise InputError(f"{path}:{n}: no string field {text_field!r} (set the text field name)")
                 skipped += 1  # a null or missing text among real ones (as Hub datasets have), left out
+                continue
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate escape ("\\ud83d", an emoji cut in half): no UTF-8 text
+                if bad is not None:
+                    bad.add(path, line.encode("utf-8", "replace"))
                 continue
             found += 1
             yield text

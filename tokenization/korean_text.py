@@ -133,6 +133,7 @@ def clean_paragraph(line: str) -> tuple[str, str | None]:
         t = _BOLD.sub("", t)
     t = _LIST.sub("", t)
     if "(" in t or "（" in t:
+        t = _WS.sub(" ", t)  # runs of one space first: long runs made _EMPTY_PARENS backtrack for minutes
         t = _EMPTY_PARENS.sub("", t)
         t = _LEAD_PUNCT_IN_PARENS.sub(r"\1", t)
     t = _CTRL.sub("", t)

@@ -292,6 +292,9 @@ def prepare(inputs: Sequence[str], out: str | Path, valid: float | int = 0.02, t
         raise InputError(f"--language {language or 'none'} --script {script}: {error}") from error
     if isinstance(valid, float) != isinstance(test, float) and valid and test:
         raise InputError("--valid and --test must both be counts or both fractions")
+    if shard_size < 1:
+        raise InputError(f"--shard-size {shard_size}: give the number of sentences per file, 1 or more "
+                         "(default 500000)")
     frac_mode = isinstance(valid, float) or isinstance(test, float)
     if frac_mode and valid + test >= 1:
         raise InputError(f"--valid {valid} + --test {test} >= 1 leaves nothing for train")
