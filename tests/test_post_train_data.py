@@ -309,3 +309,25 @@ def test_word_order_shuffle_keeps_masked_and_special_tokens_and_sentences():
         assert original[sentence_start + targets[pos]] == ids[pos]
     assert sorted(ids[moved]) == sorted(original[moved])  # a permutation within the chosen positions
     assert (ids[targets == -100] == original[targets == -100]).all()
+
+
+def test_the_tokenizer_fingerprint_ignores_truncation_and_padding_state():
+    """A tokenizer.json saved with truncation (sentence-transformers' do) loses it at the first call; the row
+    cache key and a resume's check must not see another tokenizer then. Another vocabulary still changes it."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from training.mlm_data import tokenizer_fingerprint
+
+    def made(words):
+        backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+        backend.pre_tokenizer = pre_tokenizers.Whitespace()
+        backend.enable_truncation(128)
+        return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]")
+
+    tok = made(["[UNK]", "[PAD]", "영화", "좋다"])
+    before = tokenizer_fingerprint(tok)
+    tok(["영화 좋다"])  # the call changes the backend's truncation state
+    tok.backend_tokenizer.enable_padding(pad_id=1, pad_token="[PAD]")
+    assert tokenizer_fingerprint(tok) == before
+    assert tokenizer_fingerprint(made(["[UNK]", "[PAD]", "영화", "싫다"])) != before

@@ -260,8 +260,13 @@ def load_text_splits(data: str, *, text_column: str = "text", valid_size: int = 
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
+    """What decides the token ids: the backend's model, normalizer and templates, without its truncation and
+    padding state (loaded from tokenizer.json, cleared by the first call: it changed between runs)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    text = backend.to_str() if backend is not None else json.dumps(tokenizer.get_vocab(), sort_keys=True)
+    if backend is None:
+        text = json.dumps(tokenizer.get_vocab(), sort_keys=True)
+    else:
+        text = json.dumps({**json.loads(backend.to_str()), "truncation": None, "padding": None}, sort_keys=True)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
