@@ -1259,3 +1259,14 @@ def test_hold_out_dev_scores_on_the_dev_texts_and_selects_on_train_examples(tmp_
     assert sorted(rows[0] + rows[1]) == sorted(tuple(row.values()) for row in plain["train"])  # a partition of train
     with pytest.raises(TaskDataError, match="give one of them"):
         load_task_data(spec, data, hold_out_test=10, hold_out_dev=10)
+
+
+def test_a_local_model_is_recorded_by_its_absolute_path(tmp_path, monkeypatch):
+    """results.json and training_summary.json name a local model absolutely: a card or report made from another
+    folder would otherwise read `runs/m` as the Hub repo of that name. Hub ids stay as given."""
+    from training.inputs import recorded_ref
+
+    (tmp_path / "runs" / "m").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    assert recorded_ref("runs/m") == str(tmp_path / "runs" / "m")
+    assert recorded_ref("org/xpt-ko") == "org/xpt-ko" and recorded_ref("package:gt_x") == "package:gt_x"

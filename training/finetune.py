@@ -55,6 +55,7 @@ from tqdm.auto import tqdm
 
 from tokenization.errors import UserError, report_error
 from training import metrics_downstream, sentence_similarity
+from training.inputs import recorded_ref
 from training.finetune_cli import (build_parser, check_options, check_publishable, check_reused_folder,
                                    hyperparameters, resolve_options)
 from training.publishing import publisher, retry_command
@@ -300,7 +301,7 @@ def summary_fields(spec: TaskSpec, args, post_training, splits) -> dict[str, Any
     import transformers
 
     return {
-        "task": spec.name, "metric": spec.metric, "model": str(args.model), "post_training": post_training,
+        "task": spec.name, "metric": spec.metric, "model": recorded_ref(str(args.model)), "post_training": post_training,
         "num_examples": {name: len(rows) for name, rows in splits.items()},
         "data_seed": args.data_seed, "task_spec": spec.to_dict(),
         "environment": {"device": str(args.device), "torch": torch.__version__, "transformers": transformers.__version__,

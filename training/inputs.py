@@ -55,6 +55,13 @@ def resolve_local(path: str) -> Path | None:
     return None
 
 
+def recorded_ref(value: str) -> str:
+    """How a run records a model it read: a local path as an absolute path, so that a card or report made
+    from another working folder never reads `runs/xpt-ko` as the Hub repo of that name; else as given."""
+    local = resolve_local(value) if value and not value.startswith("package:") else None
+    return str(local.resolve()) if local is not None else value
+
+
 def check_json_files(folder: Path, role: str, fix: str) -> None:
     """Every JSON file transformers reads from a local model or tokenizer folder must parse: a file cut
     short or damaged is named in one line with `fix`, before anything is written."""

@@ -69,7 +69,7 @@ from tokenization.folders import write_text_atomic
 from training.checkpointing import DiskFull, FolderInUse, folder_lock, read_state, save_checkpoint
 from training.config import PhaseConfig, PostTrainConfig, describe_batch, flat_hparams, load_config
 from training.config_checks import data_to_read
-from training.inputs import check_families, resolve_local, resolve_source, source_family
+from training.inputs import check_families, recorded_ref, resolve_local, resolve_source, source_family
 from training.intrinsic import evaluate, frequency_baseline, init_output_bias, unigram_log_probs
 from training.masked_lm import MaskedLMTraining, set_dropout, use_speed_paths
 from training.mlm_batches import BatchSchedule, Masker, TrainMicroBatches, train_loader
@@ -422,7 +422,7 @@ def write_outputs(run: Run, state: RunState) -> RunRecord:
     data, stats = run.data, run.stats
     record = RunRecord(
         method=config.method,
-        source_model=config.source if not config.source.startswith("package:") else f"{config.source} ({run.source})",
+        source_model=f"{config.source} ({run.source})" if config.source.startswith("package:") else recorded_ref(config.source),
         tokenizer=run.tokenizer_ref,
         data=DataRecord(spec=data, train=f"{data}:train", valid=f"{data}:valid", test=f"{data}:test",
                         train_sentences=stats["train"]["sentences"], train_pieces=stats["train"]["pieces"],
