@@ -31,7 +31,8 @@ PYTHON = sys.executable
 # --- the data-efficiency factor and the separation verdict (pure functions) -------------------------
 def _runs(table: dict[str, dict[int, float]], spread: float = 0.5) -> list[dict]:
     return [{"method": method, "sentences": size, "mlm_test": {"perplexity": 100.0 - value},
-             "tasks": {"t": {"mean": value, "min": value - spread, "max": value + spread}}}
+             "tasks": {"t": {"mean": value, "min": value - spread, "max": value + spread,
+                             "scores": [value - spread, value + spread] if spread else [value]}}}
             for method, row in table.items() for size, value in row.items()]
 
 
@@ -44,6 +45,9 @@ def _runs(table: dict[str, dict[int, float]], spread: float = 0.5) -> list[dict]
     ({1000: 35, 4000: 38, 16000: 39}, {1000: 20, 4000: 30, 16000: 40}, 4, (1000, 4000), False),
     # XPT only matches Scratch at the same size, short of Scratch's largest: k = 1
     ({1000: 20, 4000: 30, 16000: 39}, {1000: 20, 4000: 30, 16000: 40}, 1, (1000, 1000), False),
+    # the best pair (1K vs 4K) is not against Scratch's largest size, but XPT at 4K beats that size (8K): XPT at
+    # 4K might match Scratch at 32K, so k = 4 is a lower bound
+    ({1000: 70, 2000: 71, 4000: 76, 8000: 80}, {1000: 60, 2000: 65, 4000: 69, 8000: 75}, 4, (1000, 4000), True),
 ])
 def test_efficiency_factor(xpt, scratch, factor, pair, bounded):
     result = study_report.efficiency_factor(_runs({"xpt": xpt, "scratch": scratch}), "t")
@@ -63,6 +67,12 @@ def test_efficiency_factor_says_when_the_curves_cross():
     assert "below Scratch at the same size at 16,000 sentences" in result["text"]
     ordered = study_report.efficiency_factor(_runs({"xpt": {1000: 35, 4000: 45}, "scratch": {1000: 20, 4000: 30}}), "t")
     assert "xpt_behind_at" not in ordered and "below Scratch" not in ordered["text"]
+
+
+def test_one_seed_has_no_range_to_be_disjoint():
+    one_seed = _runs({"xpt": {1000: 70}, "scratch": {1000: 60}}, spread=0)
+    assert study_report.separation(one_seed, "t") == {"1000": {"xpt_above": True, "ranges_disjoint": False}}
+    assert "(seed ranges overlap)" in study_report.efficiency_factor(one_seed, "t")["text"]
 
 
 def test_efficiency_factor_not_reached_and_on_perplexity():
@@ -178,6 +188,8 @@ def test_resume_refuses_a_changed_spec_but_not_reworded_prose(tmp_path):
     out.mkdir()
     saved = json.loads(json.dumps(spec.to_dict()))
     saved["description"] = "the preset's earlier wording"
+    assert study_spec.spec_changes(saved, spec) == {}
+    del saved["seeds_by_size"]  # a folder saved before the field existed resumes as it ran: with its default
     assert study_spec.spec_changes(saved, spec) == {}
     saved["sizes"] = [*spec.sizes, 10 * spec.sizes[-1]]
     (out / study.SPEC_FILE).write_text(json.dumps(saved))

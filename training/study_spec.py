@@ -217,7 +217,9 @@ def plan(spec: StudySpec) -> str:
 
 def spec_changes(saved: dict[str, Any], spec: StudySpec) -> dict[str, tuple[Any, Any]]:
     """Fields whose value differs between a study folder's saved spec and `spec`, as (saved, now);
-    `description` is prose and changes no run, so a preset whose text was reworded still resumes."""
+    `description` is prose and changes no run, so a preset whose text was reworded still resumes. The saved
+    spec is read through `StudySpec` first: a field added since it was saved takes its default, as then."""
+    saved = json.loads(json.dumps(StudySpec.from_dict(saved).to_dict()))
     now = json.loads(json.dumps(spec.to_dict()))  # as saved (tuples as lists)
     return {k: (saved.get(k), now.get(k)) for k in sorted(set(saved) | set(now))
             if k != "description" and saved.get(k) != now.get(k)}
