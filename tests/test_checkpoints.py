@@ -73,8 +73,10 @@ def test_output_dir_guard_resume_of_finished_run_and_checkpoint_cleanup(tiny, tm
     again = run_inprocess(run_args(tiny, out, train_steps=3, phase1_steps=1) + ["--resume", "latest"])
     assert again == first  # finished: nothing to resume
     reset_accelerate()
+    (out / "learning_curve.json").write_text("{}")  # probes of the run about to be replaced: go with it
     third = run_inprocess(run_args(tiny, out, train_steps=3, phase1_steps=1, overwrite_output_dir="true"))
     assert losses(out)[-1]["step"] == 3 and third["final_metrics"] == first["final_metrics"]
+    assert not (out / "learning_curve.json").exists()
 
 
 def test_a_folder_in_use_is_refused_and_a_killed_holder_frees_it(tiny, tmp_path, capsys):

@@ -152,6 +152,8 @@ def test_learning_curve_probes_every_checkpoint_with_its_own_weights(tiny, tmp_p
     other = lc.learning_curve(run, {"nsmc": str(task_dir)}, None, 12)  # other settings: every point probed again
     assert [p["step"] for p in other["points"]] == [3, 6] and len(probed) == 4
     assert lc.main([str(run), "--task", f"nsmc={task_dir}", "--hold-out-test", "1000"]) == 2
+    with pytest.raises(TaskDataError, match=r"no checkpoint or finished model at step\(s\) 5; steps kept: 3, 6"):
+        lc.learning_curve(run, {"nsmc": str(task_dir)}, None, 16, steps=[5, 6])  # a typo probes nothing, says so
     assert curve["floor"]["nsmc"]["train_examples"] == 40
     from transformers import AutoModelForMaskedLM
     step, path = checkpoints[0]

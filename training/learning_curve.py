@@ -30,10 +30,9 @@ from typing import Any
 from tokenization.errors import UserError, report_error
 from tokenization.folders import write_text_atomic
 from training.checkpointing import list_checkpoints, read_state
-from training.run_record import SUMMARY_FILE
+from training.run_record import CURVE_FILE, SUMMARY_FILE
 from training.tasks import TaskDataError, get_task, load_task_data
 
-CURVE_FILE = "learning_curve.json"
 
 
 def run_config(run: Path, checkpoint: Path, config_file: str | None):
@@ -80,6 +79,12 @@ def learning_curve(run: str | Path, tasks: dict[str, str], max_train_samples: in
     finished = (run / SUMMARY_FILE).is_file()
     if not checkpoints and not finished:
         raise TaskDataError(f"{run} holds no checkpoint and no finished model: post-train with keep_checkpoints: true")
+    total = json.loads((run / SUMMARY_FILE).read_text(encoding="utf-8"))["total_steps"] if finished else None
+    available = sorted({step for step, _ in checkpoints} | ({total} if finished else set()))
+    if steps is not None and set(steps) - set(available):
+        raise TaskDataError(f"{run}: no checkpoint or finished model at step(s) "
+                            f"{', '.join(map(str, sorted(set(steps) - set(available))))}; steps kept: "
+                            f"{', '.join(map(str, available))}")
     settings = {"tasks": tasks, "max_train_samples": max_train_samples, "max_length": max_length,
                 "data_seed": data_seed, "hold_out_test": hold_out_test or {}}
     specs = {name: get_task(name) for name in tasks}  # each filled in by its data (labels) and used throughout

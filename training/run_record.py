@@ -21,6 +21,7 @@ from tokenization.folders import write_text_atomic
 
 SUMMARY_FILE = "training_summary.json"
 LOSS_LOG = "losses.jsonl"  # one JSON line per logged step, written by post-training
+CURVE_FILE = "learning_curve.json"  # probes of a run's checkpoints (training/learning_curve.py)
 RESULTS_FILE = "results.json"  # what fine-tuning reports (training/finetune.py), beside a fine-tuned model
 # The layout below. Folders written before the file carried a version hold this same layout and no
 # `schema_version` field, so a record without the field is read as version 1.

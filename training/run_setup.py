@@ -25,7 +25,7 @@ from training.config import PostTrainConfig, describe_plan
 from training.config_checks import missing_data, refuse_changed_resume, resume_changes, validate_config
 from training.inputs import resolve_local
 from training.mlm_data import check_target_script, load_text_splits, row_stats, rows_fingerprint
-from training.run_record import LOSS_LOG, SUMMARY_FILE
+from training.run_record import CURVE_FILE, LOSS_LOG, SUMMARY_FILE
 from training.step import SpeedSettings, cpu_class, cpu_model_name, describe_speed, resolve_speed, retain_freed_memory
 
 
@@ -143,7 +143,7 @@ def claim_output_dir(config: PostTrainConfig, accelerator: Accelerator) -> None:
     if accelerator.is_main_process:
         shutil.rmtree(output_dir / "checkpoints", ignore_errors=True)
         shutil.rmtree(output_dir / "tensorboard", ignore_errors=True)
-        for name in (SUMMARY_FILE, LOSS_LOG):
+        for name in (SUMMARY_FILE, LOSS_LOG, CURVE_FILE):  # the curve's points probed the run replaced here
             (output_dir / name).unlink(missing_ok=True)
     accelerator.wait_for_everyone()
 
