@@ -1116,3 +1116,18 @@ def test_a_source_licence_is_the_one_its_hub_page_tags(source, expected):
     from cards.licenses import source_license
 
     assert source_license(source) == expected
+
+
+def test_a_scratch_baseline_card_never_says_it_came_from_the_english_model(trained_dir, tmp_path):
+    """Scratch uses the source's layout and no weight of it: the card says so, in its lead and its bullets."""
+    folder = tmp_path / "scratch"
+    shutil.copytree(trained_dir, folder)
+    summary = json.loads((folder / "training_summary.json").read_text())
+    (folder / "training_summary.json").write_text(json.dumps({**summary, "method": "scratch"}))
+    text = build_card(folder, license="apache-2.0").text
+    lead = text.split("## What XPT is")[0]
+    assert "trained from scratch on Korean text alone" in lead and "cross-lingual post-training (XPT)" not in lead
+    assert "**Layout taken from**:" in text and "no weight of it is used" in text and "English source model**" not in text
+    assert "reused encoder layers" not in text and " encoder layers" in text
+    xpt = build_card(trained_dir, license="apache-2.0").text  # the XPT run it was copied from, as before
+    assert "cross-lingual post-training (XPT)" in xpt.split("## What XPT is")[0] and "reused encoder layers" in xpt
