@@ -164,7 +164,9 @@ def build_card_from(info: FolderInfo, tokenizer, *, repo_id: str | None = None, 
     from huggingface_hub import ModelCard
 
     variant = variant or ("stock" if info.is_stock else "custom")
-    english_source = base_model  # the option names the English source; a stock export's base_model may be its XPT repo
+    # the option names the English source of a post-trained folder; of a fine-tuned one, the model it was
+    # fine-tuned from (its English source is that model's); a stock export's base_model may be its XPT repo
+    english_source = None if info.is_fine_tuned else base_model
     custom_repo = custom_repo_id.split("@")[0] if custom_repo_id else None
     if variant == "stock" and custom_repo and not base_model and custom_repo != repo_id:
         base_model = custom_repo  # not when both live in one repo: a model is not its own base
@@ -225,7 +227,8 @@ def main(argv=None) -> int:
     parser.add_argument("--repo-id", help="Hub repo the card is for (used in the usage code; default: folder path)")
     parser.add_argument("--license", help="licence id of the weights (default: the English source's licence when "
                         "known; otherwise required)")
-    parser.add_argument("--base-model", help="Hub id of the English source when config.json records a local path")
+    parser.add_argument("--base-model", help="Hub id of the English source when config.json records a local path; for "
+                        "a fine-tuned folder, of the model it was fine-tuned from")
     parser.add_argument("--dataset", action="append", default=[], help="extra Hub dataset id for `datasets` (repeatable)")
     parser.add_argument("--results", action="append", default=[], help="extra fine-tuning results.json (repeatable)")
     parser.add_argument("--stock-repo-id", help="where the stock export is published (mentioned in the card)")

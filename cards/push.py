@@ -428,7 +428,8 @@ def main(argv=None) -> int:
     parser.add_argument("--skip-load-check", action="store_true", help="skip the fresh-process load check (real push only)")
     parser.add_argument("--license", help="licence of the weights for a regenerated card (default: the English "
                         "source's licence when known; otherwise required)")
-    parser.add_argument("--base-model", help="Hub id of the English source for a regenerated card")
+    parser.add_argument("--base-model", help="Hub id of the English source for a regenerated card; for a fine-tuned "
+                        "folder, of the model it was fine-tuned from")
     parser.add_argument("--results", action="append", default=[], help="extra results.json for a regenerated card")
     parser.add_argument("--stock-repo-id", help="where the stock export lives (custom card mentions it)")
     parser.add_argument("--custom-repo-id", help="where the XPT model lives (stock card mentions it)")

@@ -1131,3 +1131,12 @@ def test_a_scratch_baseline_card_never_says_it_came_from_the_english_model(train
     assert "reused encoder layers" not in text and " encoder layers" in text
     xpt = build_card(trained_dir, license="apache-2.0").text  # the XPT run it was copied from, as before
     assert "cross-lingual post-training (XPT)" in xpt.split("## What XPT is")[0] and "reused encoder layers" in xpt
+
+
+def test_a_fine_tuned_cards_base_model_is_its_parent_not_its_english_source(classifier_dir):
+    """For a fine-tuned folder --base-model names the model it was fine-tuned from (the Hub's base_model):
+    the card links it as that, never as the English source."""
+    card = build_card(classifier_dir, base_model="org/xpt-ko", license="mit")
+    assert card.data.to_dict()["base_model"] == "org/xpt-ko"
+    assert "from [`org/xpt-ko`](https://huggingface.co/org/xpt-ko)" in card.text
+    assert "English source: `org/xpt-ko`" not in card.text and "English source model**: `org/xpt-ko`" not in card.text
