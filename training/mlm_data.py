@@ -250,6 +250,10 @@ def load_text_splits(data: str, *, text_column: str = "text", valid_size: int = 
                 splits[split] = corpus.select(range(start, start + sizes[split]))
                 start += sizes[split]
         corpus = corpus.select(range(start, len(corpus)))
+        # a text repeated in the corpus (reviews, comments) must not sit in train and in a held-out split
+        held = {t for s in missing for t in splits[s]["text"]}
+        corpus = corpus.filter(lambda texts: [t not in held for t in texts], input_columns="text", batched=True,
+                               desc="drop held-out texts from train")
     splits["train"] = corpus
     return splits
 
