@@ -647,6 +647,10 @@ def main(argv=None) -> int:
     unknown = [p for p in args.paths if p not in table]
     if unknown:
         raise SystemExit(f"unknown paths {unknown}; choose from {list(table)}")
+    positions = SIZES[args.size]["max_position_embeddings"] - (2 if SIZES[args.size]["family"] == "roberta" else 0)
+    if args.seq_len > positions:  # checked before any work: each path would fail in its own process
+        raise SystemExit(f"--seq-len {args.seq_len} is longer than the {positions} positions of --size {args.size}: "
+                         f"give --seq-len {positions} or less")
     workdir = Path(tempfile.mkdtemp(prefix="xpt-throughput-"))
     texts, data_desc = read_texts(args.data, args.num_texts)
     args.source = source_for(args.size, workdir)

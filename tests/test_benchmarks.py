@@ -377,3 +377,11 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "Z"
+
+
+def test_a_row_longer_than_the_models_positions_is_refused_before_any_work():
+    proc = subprocess.run([sys.executable, "benchmarks/throughput.py", "--device", "cpu", "--size", "tiny", "--seq-len",
+                           "512", "--paths", "stock-eager", "xpt"], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 1 and "--seq-len 512 is longer than the 128 positions of --size tiny" in proc.stderr
+    assert "built" not in proc.stdout  # no path was started
