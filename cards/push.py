@@ -424,7 +424,8 @@ def main(argv=None) -> int:
                              "(Bert/Roberta/XLMRoberta/Electra, as the source) for hosted inference "
                              "(push to its own repo or --revision)")
     parser.add_argument("--token", help="Hub token (default: HF_TOKEN or the `hf auth login` token)")
-    parser.add_argument("--keep-card", action="store_true", help="never regenerate README.md, upload it as it is")
+    parser.add_argument("--keep-card", action="store_true", help="never regenerate README.md, upload it as it is "
+                        "(--format custom; a stock export always gets a card of its own)")
     parser.add_argument("--skip-load-check", action="store_true", help="skip the fresh-process load check (real push only)")
     parser.add_argument("--license", help="licence of the weights for a regenerated card (default: the English "
                         "source's licence when known; otherwise required)")
@@ -437,6 +438,9 @@ def main(argv=None) -> int:
                         "post-training corpus's, else ko)")
     parser.add_argument("--widget", action="append", default=[], help="widget example text for a regenerated card (repeatable)")
     args = parser.parse_args(argv)
+    if args.keep_card and args.format == "stock":
+        parser.error("--keep-card keeps the custom folder's README.md; a stock export always gets a card of its own: "
+                     "drop --keep-card, or push --format custom")
     card_kwargs = {k: v for k, v in dict(license=args.license, base_model=args.base_model, results=args.results,
                                          stock_repo_id=args.stock_repo_id, custom_repo_id=args.custom_repo_id,
                                          language=args.language, widgets=args.widget).items() if v}

@@ -1140,3 +1140,10 @@ def test_a_fine_tuned_cards_base_model_is_its_parent_not_its_english_source(clas
     assert card.data.to_dict()["base_model"] == "org/xpt-ko"
     assert "from [`org/xpt-ko`](https://huggingface.co/org/xpt-ko)" in card.text
     assert "English source: `org/xpt-ko`" not in card.text and "English source model**: `org/xpt-ko`" not in card.text
+
+
+def test_keep_card_with_a_stock_export_is_refused_in_one_line(trained_dir, capsys):
+    with pytest.raises(SystemExit) as stop:
+        push_module.main(["--model-dir", str(trained_dir), "--repo-id", "org/x", "--format", "stock", "--keep-card",
+                          "--dry-run"])
+    assert stop.value.code == 2 and "a stock export always gets a card of its own" in capsys.readouterr().err
