@@ -56,6 +56,23 @@ def test_a_text_repeated_in_the_corpus_is_never_in_train_and_held_out(tmp_path):
     assert sorted(train) == sorted(t for t in texts if t not in set(held))  # only copies of held-out texts left out
 
 
+def test_a_local_folder_in_the_hubs_layout_keeps_its_test_split(tmp_path):
+    """data/train-00000-of-00001.txt beside data/test-...: its test texts stay out of train (as
+    `datasets.load_dataset(folder)` reads it); files in hidden folders are no corpus text."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train-00000-of-00001.txt").write_text("\n".join(f"학습 문장 {i}" for i in range(50)) + "\n")
+    (tmp_path / "data" / "test-00000-of-00001.txt").write_text("\n".join(f"시험 문장 {i}" for i in range(20)) + "\n")
+    splits = load_text_splits(str(tmp_path), valid_size=5, cache_dir=str(tmp_path / ".hf"))
+    assert {k: len(v) for k, v in splits.items()} == {"test": 20, "valid": 5, "train": 45}
+    assert all(t.startswith("학습") for t in splits["train"]["text"]) and splits["test"][0]["text"].startswith("시험")
+    plain = tmp_path / "plain"
+    (plain / ".ipynb_checkpoints").mkdir(parents=True)
+    (plain / "a.txt").write_text("\n".join(f"문장 {i}" for i in range(30)) + "\n")
+    (plain / ".ipynb_checkpoints" / "a-checkpoint.txt").write_text("\n".join(f"문장 {i}" for i in range(30)) + "\n")
+    assert sum(len(v) for v in load_text_splits(str(plain), valid_size=2, test_size=2,
+                                                cache_dir=str(tmp_path / ".hf2")).values()) == 30
+
+
 def test_saved_dataset_dict_keeps_its_splits(tmp_path):
     import datasets
 

@@ -62,7 +62,8 @@ def konlpy_corpus_files() -> list[Path]:
 def _data_files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
-    files = sorted(p for p in path.rglob("*") if p.is_file() and _builder(p) and not p.name.startswith("."))
+    files = sorted(p for p in path.rglob("*") if p.is_file() and _builder(p)
+                   and not any(part.startswith(".") for part in p.relative_to(path).parts))  # no .ipynb_checkpoints/
     if not files:
         raise InputError(f"{path}: no data files in this folder (.txt or .jsonl, also .gz/.bz2/.xz, or .json, "
                          ".parquet, .arrow, .csv)")
@@ -232,6 +233,15 @@ def load_text_splits(data: str, *, text_column: str = "text", valid_size: int = 
                     else:  # split files: DIR/train.txt, or every DIR/train.*.txt (train.a.txt, train.b.txt, ...)
                         files = sorted(f for f in local.glob(f"{path.name}.*") if f.is_file() and _builder(f))
                         splits[split] = _load_files(files, text_column, cache_dir)
+                corpus = splits.pop("train")
+            elif local.is_dir() and len(patterns := datasets.data_files.get_data_patterns(str(local))) > 1:
+                # split files in the Hub's layout (data/train-00000-of-00001.parquet, data/test-...), found as
+                # `datasets.load_dataset(folder)` finds them: its test files are not train text
+                found = datasets.data_files.DataFilesDict.from_patterns(patterns, base_path=str(local))
+                for split, names in SPLIT_NAMES.items():
+                    name = next((n for n in names if n in found), None)
+                    if name is not None:
+                        splits[split] = _load_files([Path(f) for f in found[name]], text_column, cache_dir)
                 corpus = splits.pop("train")
             else:
                 corpus = _load_files(_data_files(local), text_column, cache_dir)
