@@ -92,6 +92,10 @@ def test_streaming_reads_only_what_is_needed(tmp_path):
     assert {k: len(v) for k, v in splits.items()} == {"train": 40, "valid": 5, "test": 5}
     seen = {t for split in splits.values() for t in split["text"]}
     assert seen == {f"문장 {i}" for i in range(50)}
+    (tmp_path / "data" / "a.txt").write_text("\n".join(f"새 문장 {i}" for i in range(1000)) + "\n")  # rewritten
+    again = load_text_splits(str(tmp_path / "data"), valid_size=5, test_size=5, streaming=True, stream_limit=50,
+                             cache_dir=str(tmp_path / ".hf"))
+    assert {t for split in again.values() for t in split["text"]} == {f"새 문장 {i}" for i in range(50)}
 
 
 @pytest.mark.parametrize("case", ["empty file", "cp949 file", "truncated gzip", "empty folder", "binary file"])

@@ -170,10 +170,12 @@ def describe_data_source(data: str) -> dict:
         if local is None:
             return {"hub": data}
         files = [p for p in sorted(local.rglob("*") if local.is_dir() else [local]) if p.is_file()]
-    return {"files": [[str(f), f.stat().st_size, int(f.stat().st_mtime)] for f in files]}
+    return {"files": [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files]}
 
 
-def _stream_texts(data: str, data_config: str | None, text_column: str, limit: int | None):
+def _stream_texts(data: str, data_config: str | None, text_column: str, limit: int | None, source: dict | None = None):
+    """The texts of `data`'s train split, streamed (`source`, unused here, keys datasets' cache: local files
+    rewritten under the same name are read again)."""
     import datasets
 
     from training.inputs import resolve_local
@@ -203,9 +205,9 @@ def load_text_splits(data: str, *, text_column: str = "text", valid_size: int = 
     if data == "konlpy":
         corpus = _load_files(konlpy_corpus_files(), "text", cache_dir)
     elif streaming:
-        corpus = datasets.Dataset.from_generator(
+        corpus = datasets.Dataset.from_generator(  # cached by its arguments: the files' sizes and times among them
             _stream_texts, gen_kwargs=dict(data=data, data_config=data_config, text_column=text_column,
-                                           limit=stream_limit), cache_dir=cache_dir)
+                                           limit=stream_limit, source=describe_data_source(data)), cache_dir=cache_dir)
     else:
         local = resolve_local(data)
         saved_dict = local is not None and _is_saved_dataset(local) and (local / "dataset_dict.json").is_file()
