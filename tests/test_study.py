@@ -184,6 +184,8 @@ def test_fine_tuning_seeds_reach_finetune_as_the_spec_says(tmp_path, seeds, by_s
 
 def test_resume_refuses_a_changed_spec_but_not_reworded_prose(tmp_path):
     spec = study.load_spec("tiny", None, [])
+    for entry in spec.tasks.values():  # folders that exist, so that only the spec decides (no data is read)
+        entry.data_dir = str(tmp_path)
     out = tmp_path / "study"
     out.mkdir()
     saved = json.loads(json.dumps(spec.to_dict()))
@@ -338,3 +340,12 @@ def test_tiny_study_survives_kill_and_resumes(shared_data, tmp_path):
 
     model = AutoModelForMaskedLM.from_pretrained(out / "models" / "scratch-800", trust_remote_code=True)
     assert model.config.model_type == "xpt"
+
+
+def test_a_missing_task_folder_stops_the_study_before_anything_is_written(tmp_path):
+    """Found before the corpus and tokenizer stages, and before the spec is saved: the corrected spec then
+    starts the same folder afresh instead of being refused as another spec."""
+    spec = study.load_spec("tiny", None, ["paws-x=/nonexistent/typo"])
+    with pytest.raises(study.StudyError, match="task paws-x: data folder /nonexistent/typo not found"):
+        study.run_study(spec, tmp_path / "study")
+    assert not (tmp_path / "study").exists()

@@ -238,6 +238,10 @@ def stage_report(spec: StudySpec, out: Path) -> Path:
 
 # --- driver ----------------------------------------------------------------------------------------
 def run_study(spec: StudySpec, out: Path, resume: bool = False) -> Path:
+    for name, entry in spec.tasks.items():  # before the spec is saved: a corrected path is then no other spec
+        if not Path(resolve_relative(entry.data_dir)).is_dir():
+            raise StudyError(f"task {name}: data folder {entry.data_dir} not found (fix the spec's tasks or "
+                             "--extra-task; nothing was started)")
     out.mkdir(parents=True, exist_ok=True)
     saved = out / SPEC_FILE
     if saved.is_file():
@@ -251,9 +255,9 @@ def run_study(spec: StudySpec, out: Path, resume: bool = False) -> Path:
 
     datasets.disable_progress_bars()  # per-split map/save bars of every run drown the study's own lines
     log(out, "study: " + plan(spec).replace("\n", "; "))
+    task_dirs = {name: task_folder(spec, out, name) for name in spec.tasks}  # a task's bad data stops it here
     data = stage_corpus(spec, out)
     tokenizer = stage_tokenizer(spec, out, data)
-    task_dirs = {name: task_folder(spec, out, name) for name in spec.tasks}
     from training.inputs import resolve_source
 
     source = Path(resolve_source(resolve_relative(spec.source)))
