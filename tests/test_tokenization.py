@@ -659,3 +659,26 @@ def test_report_figures(tmp_path, texts, capsys):
     if gt is not None:  # English MiniLM (uncased WordPiece) splits Korean into many more pieces
         assert r["source"]["tokenizer"]["vocab_size"] == 30522
         assert r["source"]["metrics"]["fertility"] > k["fertility"]
+
+
+def test_json_inputs_name_their_keys_and_the_option_that_reads_them(tmp_path, capsys, korean_sentences):
+    """A .jsonl whose text is under another field: the error lists its keys and names --text-field, which the
+    tokenizer commands take too; a JSON array is told to be written as JSON Lines."""
+    from tokenization import report
+    from tokenization import train_tokenizer as tt
+
+    rows = tmp_path / "reviews.jsonl"
+    rows.write_text("\n".join(json.dumps({"id": i, "document": s}, ensure_ascii=False)
+                              for i, s in enumerate(korean_sentences * 30)) + "\n", encoding="utf-8")
+    rc = run_cli(tt.main, ["--corpus", str(rows), "--vocab-size", "130", "--family", "bert", "--out", str(tmp_path / "t"),
+                           "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert rc == 2 and "no string field 'text' (its keys: id, document); name the text field with --text-field" in err
+    assert run_cli(tt.main, ["--corpus", str(rows), "--vocab-size", "130", "--family", "bert", "--out",
+                             str(tmp_path / "t"), "--no-progress", "--text-field", "document"]) == 0
+    assert run_cli(report.main, ["--tokenizer", str(tmp_path / "t"), "--corpus", str(rows), "--text-field", "document",
+                                 "--source-tokenizer", str(tmp_path / "t"), "--out", str(tmp_path / "r.json")]) == 0
+    array = tmp_path / "array.json"
+    array.write_text(json.dumps([{"text": s} for s in korean_sentences], ensure_ascii=False, indent=1), encoding="utf-8")
+    with pytest.raises(InputError, match="a JSON array or a pretty-printed file, not JSON Lines"):
+        list(iter_corpus(array))

@@ -111,11 +111,16 @@ def iter_file_texts(path: Path, bad: Utf8Counter | None = None, text_field: str 
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError:
-                raise InputError(f"{path}:{n}: not a JSON line (use .txt for plain text, one text per line)") from None
+                hint = ("a JSON array or a pretty-printed file, not JSON Lines: write one object per line"
+                        if n == 1 and line.lstrip().startswith(("[", "{")) else
+                        "use .txt for plain text, one text per line")
+                raise InputError(f"{path}:{n}: not a JSON line ({hint})") from None
             text = rec.get(text_field) if isinstance(rec, dict) else None
             if not isinstance(text, str):
                 if not found and not (isinstance(rec, dict) and text_field in rec):  # named otherwise: fail at once
-                    raise InputError(f"{path}:{n}: no string field {text_field!r} (set the text field name)")
+                    keys = ", ".join(map(str, rec)) if isinstance(rec, dict) else type(rec).__name__
+                    raise InputError(f"{path}:{n}: no string field {text_field!r} (its keys: {keys}); name the "
+                                     "text field with --text-field")
                 skipped += 1  # a null or missing text among real ones (as Hub datasets have), left out
                 continue
             try:
@@ -127,7 +132,7 @@ def iter_file_texts(path: Path, bad: Utf8Counter | None = None, text_field: str 
             found += 1
             yield text
         if skipped and not found:
-            raise InputError(f"{path}: no line has a string field {text_field!r} (set the text field name)")
+            raise InputError(f"{path}: no line has a string field {text_field!r} (name the text field with --text-field)")
         if skipped:
             print(f"{path}: left out {skipped} JSON line(s) without a string {text_field!r}", file=sys.stderr)
     else:
@@ -169,7 +174,9 @@ def corpus_files(path: str | Path, split: str = "train") -> list[Path]:
     return files
 
 
-def iter_corpus(path: str | Path, split: str = "train", bad: Utf8Counter | None = None) -> Iterator[str]:
-    """Stream the texts of ``split`` of a prepared corpus, or of a plain file/folder (never all in memory)."""
+def iter_corpus(path: str | Path, split: str = "train", bad: Utf8Counter | None = None,
+                text_field: str = "text") -> Iterator[str]:
+    """Stream the texts of ``split`` of a prepared corpus, or of a plain file/folder (never all in memory);
+    ``text_field``: the field holding the text in .jsonl files."""
     for f in corpus_files(path, split):
-        yield from iter_file_texts(f, bad)
+        yield from iter_file_texts(f, bad, text_field)

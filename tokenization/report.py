@@ -128,13 +128,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="English source tokenizer (default: offline all-MiniLM-L6-v2 if installed, else roberta-base)")
     p.add_argument("--split", default="test", choices=SPLITS, help="split of a prepared corpus (default test)")
     p.add_argument("--max-texts", type=int, default=20000, help="texts to measure (default 20000; 0 = all)")
+    p.add_argument("--text-field", default="text", help="field holding the text in .jsonl files (default text)")
     p.add_argument("--out", default=None, help="write the JSON report here")
     a = p.parse_args(argv)
 
     if not Path(a.tokenizer).exists():
         raise InputError(f"{a.tokenizer}: no such tokenizer folder (train one with python -m tokenization.train_tokenizer)")
     bad = Utf8Counter()
-    it = iter_corpus(a.corpus, a.split, bad)
+    it = iter_corpus(a.corpus, a.split, bad, a.text_field)
     texts = [t for t in (itertools.islice(it, a.max_texts) if a.max_texts > 0 else it) if t.strip()]
     bad.warn()
     if not texts:

@@ -269,6 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--language", help="ISO 639 code of the target language, recorded in training_info.json and from "
                    "there in the models' config.json (default: the one the prepared corpus's stats.json records)")
     p.add_argument("--split", default="train", help="split of a prepared corpus to train on (default train)")
+    p.add_argument("--text-field", default="text", help="field holding the text in .jsonl files (default text)")
     p.add_argument("--max-texts", type=int, default=0, help="train on the first N texts only (0 = all)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--overwrite", action="store_true", help="replace the contents of an existing --out folder")
@@ -282,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise InputError(str(error)) from None
 
     bad = Utf8Counter()
-    texts: Iterable[str] = iter_corpus(args.corpus, args.split, bad)
+    texts: Iterable[str] = iter_corpus(args.corpus, args.split, bad, args.text_field)
     if args.max_texts > 0:
         import itertools
         texts = itertools.islice(texts, args.max_texts)
