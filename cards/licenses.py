@@ -19,6 +19,28 @@ SOURCE_LICENSES = (
 )
 # `license_name` of a card whose weights have no known licence (its `license` is "other").
 UNSPECIFIED_LICENSE = "unspecified"
+# The Hub's licence identifiers (hub-docs, repositories-licenses.md): the Hub refuses a card whose `license`
+# is not one of them. The list only catches a known id written another way ("Apache-2.0"); an id it lacks
+# (one the Hub added since) is left to the Hub.
+HUB_LICENSES = frozenset("""
+apache-2.0 mit openrail bigscience-openrail-m creativeml-openrail-m bigscience-bloom-rail-1.0 bigcode-openrail-m
+afl-3.0 artistic-2.0 bsl-1.0 bsd bsd-2-clause bsd-3-clause bsd-3-clause-clear c-uda cc cc0-1.0 cc-by-2.0 cc-by-2.5
+cc-by-3.0 cc-by-4.0 cc-by-sa-3.0 cc-by-sa-4.0 cc-by-nc-2.0 cc-by-nc-3.0 cc-by-nc-4.0 cc-by-nd-4.0 cc-by-nc-nd-3.0
+cc-by-nc-nd-4.0 cc-by-nc-sa-2.0 cc-by-nc-sa-3.0 cc-by-nc-sa-4.0 cdla-sharing-1.0 cdla-permissive-1.0
+cdla-permissive-2.0 wtfpl ecl-2.0 epl-1.0 epl-2.0 etalab-2.0 eupl-1.1 agpl-3.0 gfdl gpl gpl-2.0 gpl-3.0 lgpl
+lgpl-2.1 lgpl-3.0 isc lppl-1.3c ms-pl mpl-2.0 odc-by odbl openrail++ osl-3.0 postgresql ofl-1.1 ncsa unlicense zlib
+pddl lgpl-lr deepfloyd-if-license llama2 gemma unknown other
+""".split())
+
+
+def license_id_problem(licence: str) -> str | None:
+    """Why the Hub would refuse `licence` as a card's `license` id, when it is a known id written otherwise."""
+    if licence in HUB_LICENSES:
+        return None
+    written = "-".join(licence.strip().lower().replace("_", " ").split())
+    if written in HUB_LICENSES:
+        return f"licence {licence!r} is not a Hub licence id: the Hub writes it {written!r}"
+    return None
 
 
 class LicenseUnknown(ValueError):

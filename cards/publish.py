@@ -5,7 +5,7 @@ nothing from cards/, which builds on it.
 """
 from __future__ import annotations
 
-from .licenses import known_license, license_unknown
+from .licenses import known_license, license_id_problem, license_unknown
 from .push import PushError, check_repo_id, find_token, hub_offline, push_to_hub
 
 Error = PushError
@@ -29,6 +29,8 @@ def check(repo_id: str, *, needs_token: bool = False, sources: list | None = Non
             problem = ("token", "no Hugging Face token; run `hf auth login` (or set HF_TOKEN)")
     if problem is None and sources is not None and known_license(license, method, sources) is None:
         problem = ("license", str(license_unknown(method, next((s for s in sources if s), None), fix=fix)))
+    if problem is None and license and license_id_problem(license):
+        problem = ("license", license_id_problem(license))
     if problem is not None:
         error = PushError(problem[1])
         error.field = problem[0]

@@ -24,6 +24,7 @@ from .folder import (
     tokenizer_facts,
     upload_files,
 )
+from .licenses import license_id_problem
 
 LANGUAGE_CODE = re.compile(r"^[a-z]{2,3}$")  # ISO 639-1 (two letters) or 639-3 (three letters)
 KNOWN_MASK_TOKENS = ("<mask>", "[MASK]", "<MASK>", "[mask]", "<extra_id_0>")
@@ -172,6 +173,8 @@ def _check_card(path: Path, report: Report, config: dict, facts: dict, fmt: str)
             report.errors.append(f"card metadata lacks `{key}`")
         elif want and meta[key] != want:
             report.errors.append(f"card metadata {key} is {meta[key]!r}, expected {want!r}")
+    if isinstance(meta.get("license"), str) and license_id_problem(meta["license"]):
+        report.errors.append(f"card {license_id_problem(meta['license'])} (pass --license with that id)")
     language = meta.get("language")
     for code in ([language] if isinstance(language, str) else language or []):
         if not isinstance(code, str) or not LANGUAGE_CODE.match(code):

@@ -1147,3 +1147,21 @@ def test_keep_card_with_a_stock_export_is_refused_in_one_line(trained_dir, capsy
         push_module.main(["--model-dir", str(trained_dir), "--repo-id", "org/x", "--format", "stock", "--keep-card",
                           "--dry-run"])
     assert stop.value.code == 2 and "a stock export always gets a card of its own" in capsys.readouterr().err
+
+
+def test_a_licence_id_written_otherwise_is_refused_before_training_and_in_the_card(trained_dir, tmp_path):
+    """The Hub refuses `license: Apache-2.0`: the pre-training check and the card validation name the id it
+    takes; an id the package's list lacks (added to the Hub since) is left to the Hub."""
+    from cards import publish
+    from cards.licenses import license_id_problem
+
+    with pytest.raises(push_module.PushError, match="licence 'Apache-2.0' is not a Hub licence id: the Hub writes it "
+                                                    "'apache-2.0'") as error:
+        publish.check("org/x", sources=["FacebookAI/roberta-base"], license="Apache-2.0")
+    assert error.value.field == "license"
+    publish.check("org/x", sources=["FacebookAI/roberta-base"], license="apache-2.0")
+    assert license_id_problem("CC BY-SA 4.0") and license_id_problem("llama3.1") is None
+    folder = copy_folder(trained_dir, tmp_path / "m")
+    write_card(folder, license="CC-BY-4.0")
+    report = validate_folder(folder)
+    assert not report.ok and any("the Hub writes it 'cc-by-4.0'" in e for e in report.errors), report.format()
