@@ -326,9 +326,14 @@ def push_to_hub(model_dir: str | Path, repo_id: str, *, private: bool = False, r
         raise PushError(f"{model_dir} is not a folder (nothing uploaded)")
     check_repo_id(repo_id)
     try:
-        untrained = inspect_folder(model_dir, load_tokenizer=False).is_untrained
+        info = inspect_folder(model_dir, load_tokenizer=False)
     except (ValueError, OSError):  # an unreadable folder is reported by the validation below
-        untrained = False
+        info = None
+    untrained = bool(info and info.is_untrained)
+    if info and info.pipeline_tag not in ("fill-mask", "text-classification"):  # the widgets and the load check
+        raise PushError(f"{model_dir} is a {info.architecture or 'model'} ({info.pipeline_tag or 'no pipeline'}); "
+                        "xpt-push publishes masked-LM and text-classification models, whose widgets it writes "
+                        "and runs (nothing uploaded)")
     branch = revision or "main"
     with tempfile.TemporaryDirectory(prefix="xpt-push-") as tmp:
         stage = Path(tmp) / "stage"

@@ -1165,3 +1165,17 @@ def test_a_licence_id_written_otherwise_is_refused_before_training_and_in_the_ca
     write_card(folder, license="CC-BY-4.0")
     report = validate_folder(folder)
     assert not report.ok and any("the Hub writes it 'cc-by-4.0'" in e for e in report.errors), report.format()
+
+
+def test_a_token_classifier_is_refused_by_the_push_in_one_line(base, xpt_dir, tmp_path, monkeypatch):
+    """xpt-push writes and runs fill-mask and text-classification widgets; another pipeline is named and
+    refused before anything is staged (its dry run used to fail with "no widget examples to run")."""
+    from modeling_xpt import XPTForTokenClassification
+
+    out = tmp_path / "ner"
+    XPTForTokenClassification.from_pretrained(str(xpt_dir), num_labels=3).save_pretrained(out)
+    base["tokenizer"].save_pretrained(out)
+    monkeypatch.setattr(push_module, "hub_upload", lambda *args, **kwargs: pytest.fail("an upload was attempted"))
+    with pytest.raises(push_module.PushError, match=r"XPTForTokenClassification \(token-classification\); xpt-push "
+                                                    r"publishes masked-LM and text-classification models"):
+        push_module.push_to_hub(out, "org/x-ner", dry_run=True, license="mit", log=lambda *_: None)
