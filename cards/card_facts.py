@@ -15,7 +15,7 @@ from training.run_record import RunRecord
 from .data_sources import describe_task, locate_spec
 from .folder import FolderInfo, hub_source_id, safetensors_parameter_count
 from .public import public_ref
-from .widgets import PAIR_EXAMPLE, USAGE_EXAMPLE
+from .widgets import CLASSIFICATION_EXAMPLES, PAIR_EXAMPLE, USAGE_EXAMPLE
 
 # Metrics of training_summary.json: (key, model-index type, display name), in the card's order.
 INTRINSIC_METRICS = [
@@ -270,8 +270,10 @@ def usage_facts(info: FolderInfo, repo_ref: str, widgets: list[dict], revision: 
     first = widgets[0]["text"] if widgets else example
     call = repr(first)
     if len(spec.get("text_columns") or []) == 2:  # a sentence-pair task: the pipeline takes both texts
-        second = widgets[1]["text"] if len(widgets) > 1 else pair_example[1]
-        call = repr({"text": first if widgets else pair_example[0], "text_pair": second})
+        # the built-in widgets are unrelated reviews: a pair of sentences that belong together instead
+        own = widgets and widgets[0]["text"] not in CLASSIFICATION_EXAMPLES
+        second = widgets[1]["text"] if own and len(widgets) > 1 else pair_example[1]
+        call = repr({"text": first if own else pair_example[0], "text_pair": second})
     return {"repo_ref": repo_ref, "revision": repr(revision) if revision else None,
             "auto_class": info.auto_class or "AutoModel", "call": call, "mask_token": info.mask_token,
             "label_column": spec.get("label_column", "score"), "tested_transformers": TESTED_TRANSFORMERS}

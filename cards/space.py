@@ -158,6 +158,11 @@ def write_space(model_dir: str | Path, out: str | Path, *, repo_id: str | None =
     task = info.pipeline_tag
     if task not in ("fill-mask", "text-classification"):
         raise ValueError(f"the demo supports fill-mask and text-classification models; {model_dir} is {task}")
+    spec = ((info.own_results or {}).get("task_spec") or {}) if info.is_fine_tuned else {}
+    if len(spec.get("text_columns") or []) == 2 or spec.get("task_type") == "regression":
+        raise ValueError(f"{model_dir} was fine-tuned on {spec.get('name') or 'a task'} ({spec.get('task_type')}, "
+                         f"{len(spec.get('text_columns') or [])} texts in); the demo takes one text and shows class "
+                         "probabilities, so it would mislead: its card's usage code shows how to call it")
     tokenizer = load_tokenizer(info.path)
     language = resolve_language(info)
     name = language_name(language)

@@ -1179,3 +1179,20 @@ def test_a_token_classifier_is_refused_by_the_push_in_one_line(base, xpt_dir, tm
     with pytest.raises(push_module.PushError, match=r"XPTForTokenClassification \(token-classification\); xpt-push "
                                                     r"publishes masked-LM and text-classification models"):
         push_module.push_to_hub(out, "org/x-ner", dry_run=True, license="mit", log=lambda *_: None)
+
+
+def test_a_sentence_pair_models_card_shows_a_pair_and_its_demo_is_refused(classifier_dir, tmp_path):
+    """The usage code of a pair task calls the pipeline with two sentences that belong together (not two of
+    the built-in reviews); the one-textbox Space would mislead and is refused, naming the task."""
+    from cards.space import write_space
+    from cards.widgets import PAIR_EXAMPLE
+
+    folder = copy_folder(classifier_dir, tmp_path / "pair")
+    results = json.loads((folder / "results.json").read_text())
+    results["task_spec"] = {"name": "paws-x", "task_type": "pair", "text_columns": ["sentence1", "sentence2"],
+                            "label_column": "label"}
+    (folder / "results.json").write_text(json.dumps(results), encoding="utf-8")
+    text = build_card(folder, license="mit").text
+    assert repr({"text": PAIR_EXAMPLE[0], "text_pair": PAIR_EXAMPLE[1]}) in text
+    with pytest.raises(ValueError, match="fine-tuned on paws-x \\(pair, 2 texts in\\); the demo takes one text"):
+        write_space(folder, tmp_path / "app", license="mit")
