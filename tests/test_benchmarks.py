@@ -67,12 +67,18 @@ def test_cli_tiny_cpu_smoke(tmp_path):
     assert float(last[3]) == pytest.approx(mfu["xpt"], abs=0.0006)
 
 
-def test_cli_reports_a_failing_path_and_exits_nonzero():
-    """Rows longer than the tiny model's 128 positions fail in each path's process: the failure comes
-    back through its pipe as an ERROR row naming the exception, and the command exits 1."""
+def test_cli_reports_a_failing_path_and_exits_nonzero(tmp_path):
+    """A tokenizer without a mask token fails in each path's process, where the model is built: the
+    failure comes back through its pipe as an ERROR row naming the exception, and the command exits 1."""
+    from tests.model_factories import KOREAN_WORDS, word_tokenizer
+
+    word_tokenizer("bert", KOREAN_WORDS).save_pretrained(tmp_path / "tok")
+    config = json.loads((tmp_path / "tok" / "tokenizer_config.json").read_text())
+    config.pop("mask_token", None)
+    (tmp_path / "tok" / "tokenizer_config.json").write_text(json.dumps(config))
     cmd = [sys.executable, "benchmarks/throughput.py", "--device", "cpu", "--size", "tiny", "--rounds", "1",
-           "--steps-per-round", "1", "--warmup", "1", "--num-texts", "400", "--compile", "false", "--seq-len", "256",
-           "--paths", "stock-eager", "xpt"]
+           "--steps-per-round", "1", "--warmup", "1", "--num-texts", "400", "--compile", "false", "--tokenizer",
+           str(tmp_path / "tok"), "--paths", "stock-eager", "xpt"]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     errors = dict(re.findall(r"^\| ([a-z-]+) \| [^|]+ \| ERROR (\w+Error)", proc.stdout, flags=re.M))

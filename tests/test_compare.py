@@ -102,6 +102,10 @@ def test_results_of_other_recipes_are_labelled_apart_and_interrupted_runs_named(
         (tmp_path / "in" / name / "results.json").write_text(json.dumps(data))
     (tmp_path / "in" / "cut" / "runs").mkdir(parents=True)  # an interrupted run: seed records only
     (tmp_path / "in" / "cut" / "runs" / "seed_0.json").write_text(json.dumps({"seed": 0, "dev": 50.0, "test": 50.0}))
+    probe_only = {k: base[k] for k in ("task", "metric", "model", "post_training", "num_examples", "data_seed")}
+    (tmp_path / "in" / "p").mkdir()  # a --mode probe result records no training settings: it hides no difference
+    (tmp_path / "in" / "p" / "results.json").write_text(json.dumps({**probe_only, "probe": {
+        "first": {**base["floor"], "kind": "probe", "score": 60.0}}}))
     report = compare.compare([str(tmp_path / "in")], tmp_path / "out")
     method = base["post_training"]["method"]
     labels = sorted(r["method"] for r in report["rows"])
@@ -110,6 +114,7 @@ def test_results_of_other_recipes_are_labelled_apart_and_interrupted_runs_named(
                              f"{method} [epochs=3, hold_out_dev=40, train_examples={m}]",
                              f"{method} probe (mean) [epochs=3, hold_out_dev=40, train_examples={m}]",
                              f"{compare.FLOOR} [hold_out_dev=0, train_examples={n}]",
+                             f"{method} probe (first) [train_examples={n}]",
                              f"{compare.FLOOR} [hold_out_dev=40, train_examples={m}]"])
     assert "| 61.00 | - |" in report["markdown"] and "61.00 ±" not in report["markdown"]
     assert f"{tmp_path / 'in' / 'cut'}: 1 seed(s) finished but no results.json" in capsys.readouterr().err

@@ -65,6 +65,18 @@ def test_a_local_folder_in_the_hubs_layout_keeps_its_test_split(tmp_path):
     splits = load_text_splits(str(tmp_path), valid_size=5, cache_dir=str(tmp_path / ".hf"))
     assert {k: len(v) for k, v in splits.items()} == {"test": 20, "valid": 5, "train": 45}
     assert all(t.startswith("학습") for t in splits["train"]["text"]) and splits["test"][0]["text"].startswith("시험")
+    mixed = tmp_path / "mixed"  # a file that belongs to no split: the folder is one corpus, nothing left out
+    mixed.mkdir()
+    for name, n in (("blog.txt", 50), ("news-train.txt", 10), ("wiki-test.txt", 8)):
+        (mixed / name).write_text("\n".join(f"{name} 문장 {i}" for i in range(n)) + "\n")
+    assert sum(len(v) for v in load_text_splits(str(mixed), valid_size=2, test_size=2,
+                                                cache_dir=str(tmp_path / ".hf3")).values()) == 68
+    no_train = tmp_path / "no-train"  # dev and test files but no train file: one corpus too
+    no_train.mkdir()
+    for name, n in (("corpus.txt", 40), ("dev.txt", 5), ("test.txt", 5)):
+        (no_train / name).write_text("\n".join(f"{name} {i}" for i in range(n)) + "\n")
+    assert sum(len(v) for v in load_text_splits(str(no_train), valid_size=2, test_size=2,
+                                                cache_dir=str(tmp_path / ".hf4")).values()) == 50
     plain = tmp_path / "plain"
     (plain / ".ipynb_checkpoints").mkdir(parents=True)
     (plain / "a.txt").write_text("\n".join(f"문장 {i}" for i in range(30)) + "\n")
@@ -365,3 +377,17 @@ def test_the_tokenizer_fingerprint_ignores_truncation_and_padding_state():
     tok.backend_tokenizer.enable_padding(pad_id=1, pad_token="[PAD]")
     assert tokenizer_fingerprint(tok) == before
     assert tokenizer_fingerprint(made(["[UNK]", "[PAD]", "영화", "싫다"])) != before
+
+
+def test_a_jsonl_without_the_text_field_names_post_trainings_option(tmp_path):
+    rows = tmp_path / "reviews.jsonl"
+    rows.write_text("\n".join(f'{{"id": {i}, "document": "문장 {i}"}}' for i in range(30)) + "\n", encoding="utf-8")
+    from training.run_setup import _root_cause
+
+    with pytest.raises(Exception) as raised:  # datasets wraps what its generator raised; post-training unwraps it
+        load_text_splits(str(rows), valid_size=2, test_size=2, cache_dir=str(tmp_path / ".hf"))
+    assert _root_cause(raised.value).startswith("InputError: ") and \
+        "no string field 'text' (its keys: id, document); name the text field with --text-column" in _root_cause(
+            raised.value)
+    assert len(load_text_splits(str(rows), text_column="document", valid_size=2, test_size=2,
+                                cache_dir=str(tmp_path / ".hf"))["train"]) == 26

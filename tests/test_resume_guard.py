@@ -128,14 +128,17 @@ def test_a_damaged_json_file_is_named_in_one_line_and_nothing_is_written(role, t
     assert not out.exists()
 
 
-def test_a_finetuning_folder_reused_with_other_options_is_refused(tmp_path, capsys):
+def test_a_finetuning_folder_reused_with_other_options_is_refused(tmp_path, capsys, monkeypatch):
     """Fine-tuning has no resume, but a folder holding another run's results would describe two runs:
-    other options are refused in one line, the same options run again, --overwrite-output-dir replaces."""
+    other options are refused in one line, the same options (a relative --model among them) run again,
+    --overwrite-output-dir replaces."""
     from tests.test_finetune import stock_model_dir, toy_sentiment_dir
     from training import finetune
 
-    model, data, out = stock_model_dir(tmp_path / "bert"), toy_sentiment_dir(tmp_path / "toy"), tmp_path / "out"
-    base = ["--model", str(model), "--task", "nsmc", "--data-dir", str(data), "--output-dir", str(out),
+    stock_model_dir(tmp_path / "bert")
+    data, out = toy_sentiment_dir(tmp_path / "toy"), tmp_path / "out"
+    monkeypatch.chdir(tmp_path)
+    base = ["--model", "bert", "--task", "nsmc", "--data-dir", str(data), "--output-dir", str(out),
             "--no-progress", "--epochs", "1", "--batch-size", "16", "--save-model", "none"]
     assert finetune.main(base + ["--seeds", "2"]) == 0
     assert sorted(p.name for p in (out / "runs").iterdir()) == ["seed_0.json", "seed_1.json"]

@@ -71,8 +71,9 @@ def test_efficiency_factor_says_when_the_curves_cross():
 
 def test_one_seed_has_no_range_to_be_disjoint():
     one_seed = _runs({"xpt": {1000: 70}, "scratch": {1000: 60}}, spread=0)
-    assert study_report.separation(one_seed, "t") == {"1000": {"xpt_above": True, "ranges_disjoint": False}}
-    assert "(seed ranges overlap)" in study_report.efficiency_factor(one_seed, "t")["text"]
+    assert study_report.separation(one_seed, "t") == {"1000": {"xpt_above": True, "ranges_disjoint": False,
+                                                               "one_seed": True}}
+    assert "(one seed: no range to compare)" in study_report.efficiency_factor(one_seed, "t")["text"]
 
 
 def test_efficiency_factor_not_reached_and_on_perplexity():
@@ -102,8 +103,8 @@ def test_floor_verdict_counts_seeds_at_the_largest_size():
 def test_separation_needs_disjoint_seed_ranges():
     runs = _runs({"xpt": {1000: 21, 4000: 40}, "scratch": {1000: 20, 4000: 30}}, spread=1.0)
     verdict = study_report.separation(runs, "t")
-    assert verdict["1000"] == {"xpt_above": True, "ranges_disjoint": False}  # [20, 22] vs [19, 21]
-    assert verdict["4000"] == {"xpt_above": True, "ranges_disjoint": True}
+    assert verdict["1000"] == {"xpt_above": True, "ranges_disjoint": False, "one_seed": False}  # [20, 22] vs [19, 21]
+    assert verdict["4000"] == {"xpt_above": True, "ranges_disjoint": True, "one_seed": False}
 
 
 # --- specs -----------------------------------------------------------------------------------------

@@ -101,8 +101,10 @@ def iter_lines(path: Path, bad: Utf8Counter | None = None) -> Iterator[str]:
                          f"text; re-encode it (e.g. iconv -f cp949 -t utf-8) or leave it out")
 
 
-def iter_file_texts(path: Path, bad: Utf8Counter | None = None, text_field: str = "text") -> Iterator[str]:
-    """Texts of one file: a line per text, or the ``text_field`` of each JSON line for .jsonl."""
+def iter_file_texts(path: Path, bad: Utf8Counter | None = None, text_field: str = "text",
+                    option: str = "--text-field") -> Iterator[str]:
+    """Texts of one file: a line per text, or the ``text_field`` of each JSON line for .jsonl (``option``: the
+    command's option that names that field, for the error of a file without it)."""
     if base_suffix(path) in (".jsonl", ".json"):
         found, skipped = 0, 0
         for n, line in enumerate(iter_lines(path, bad), 1):
@@ -120,7 +122,7 @@ def iter_file_texts(path: Path, bad: Utf8Counter | None = None, text_field: str 
                 if not found and not (isinstance(rec, dict) and text_field in rec):  # named otherwise: fail at once
                     keys = ", ".join(map(str, rec)) if isinstance(rec, dict) else type(rec).__name__
                     raise InputError(f"{path}:{n}: no string field {text_field!r} (its keys: {keys}); name the "
-                                     "text field with --text-field")
+                                     f"text field with {option}")
                 skipped += 1  # a null or missing text among real ones (as Hub datasets have), left out
                 continue
             try:
@@ -132,7 +134,7 @@ def iter_file_texts(path: Path, bad: Utf8Counter | None = None, text_field: str 
             found += 1
             yield text
         if skipped and not found:
-            raise InputError(f"{path}: no line has a string field {text_field!r} (name the text field with --text-field)")
+            raise InputError(f"{path}: no line has a string field {text_field!r} (name the text field with {option})")
         if skipped:
             print(f"{path}: left out {skipped} JSON line(s) without a string {text_field!r}", file=sys.stderr)
     else:

@@ -104,10 +104,12 @@ def label_recipes(rows: list[dict[str, Any]]) -> None:
     only the settings that decide its splits."""
     for task in {r["task"] for r in rows}:
         task_rows = [r for r in rows if r["task"] == task]
-        shared = set.intersection(*(set(r["recipe"]) for r in task_rows))
-        differ = sorted(k for k in shared if len({json.dumps(r["recipe"][k]) for r in task_rows}) > 1)
+        # a setting differs where the rows that record it disagree (a probe-only result records no training)
+        differ = sorted(k for k in set().union(*(r["recipe"] for r in task_rows))
+                        if len({json.dumps(r["recipe"][k]) for r in task_rows if k in r["recipe"]}) > 1)
         for r in task_rows:
-            keys = [k for k in differ if r["method"] != FLOOR or k in DATA_SETTINGS or k.endswith("_examples")]
+            keys = [k for k in differ if k in r["recipe"]
+                    and (r["method"] != FLOOR or k in DATA_SETTINGS or k.endswith("_examples"))]
             if keys:
                 r["method"] += " [" + ", ".join(f"{k}={r['recipe'][k]}" for k in keys) + "]"
 

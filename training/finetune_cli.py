@@ -11,6 +11,7 @@ from typing import Any
 
 from training import metrics_downstream, sentence_similarity
 from training.finetuned_model import SAVE_CHOICES
+from training.inputs import recorded_ref
 from training.publishing import publisher
 from training.run_record import RESULTS_FILE
 from training.task_model import trusts_remote_code
@@ -289,9 +290,11 @@ def check_reused_folder(args, seeds: list[int], task: str) -> None:
         before = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         before = {}
-    now = {"model": str(args.model), "task": task, "mode": args.mode, "seeds": seeds, "peft": args.peft,
+    now = {"model": recorded_ref(str(args.model)), "task": task, "mode": args.mode, "seeds": seeds, "peft": args.peft,
            "data_seed": args.data_seed, **hyperparameters(args)}
     was = {"mode": "finetune", **before, **(before.get("hyperparameters") or {})}
+    if isinstance(was.get("model"), str):
+        was["model"] = recorded_ref(was["model"])  # as recorded now (results written before named it as typed)
     if was.get("pair_encoding") == "bi":
         was.setdefault("sts_loss", "mse")  # results from before --sts-loss: the bi-encoder trained with MSE
     changed = {k: (was.get(k), v) for k, v in now.items() if k in was and was.get(k) != v and

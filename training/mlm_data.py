@@ -109,7 +109,7 @@ def read_texts(files: list, text_column: str):
     bad = Utf8Counter()
     found = False
     for path, _size, _mtime in files:
-        for text in iter_file_texts(Path(path), bad, text_column):
+        for text in iter_file_texts(Path(path), bad, text_column, option="--text-column"):
             if text.strip():
                 found = True
                 yield {"text": text}
@@ -149,6 +149,29 @@ def _text_only(ds, text_column: str):
         ds = ds.rename_column(text_column, "text")
     ds = ds.select_columns(["text"])
     return ds.filter(lambda batch: [bool(t and t.strip()) for t in batch["text"]], batched=True)
+
+
+def _hub_layout_splits(folder: Path) -> dict[str, list[Path]] | None:
+    """{"train", "valid"?, "test"?} -> files, when `folder`'s data files are split by name as the Hub lays them
+    out (datasets' own patterns: train-*, data/test-*, ...) and every one of them belongs to a split; else None
+    (one corpus: held-out splits are taken from it)."""
+    import datasets
+
+    files = _data_files(folder)
+    try:
+        found = datasets.data_files.DataFilesDict.from_patterns(datasets.data_files.get_data_patterns(str(folder)),
+                                                                 base_path=str(folder))
+    except Exception:  # noqa: BLE001 - no pattern matched as datasets expects: read the folder as one corpus
+        return None
+    by_split = {}
+    for split, names in SPLIT_NAMES.items():
+        name = next((n for n in names if n in found), None)
+        if name is not None:
+            by_split[split] = sorted(Path(f) for f in found[name])
+    assigned = {f.resolve() for paths in by_split.values() for f in paths}
+    if "train" not in by_split or len(by_split) < 2 or assigned != {f.resolve() for f in files}:
+        return None
+    return by_split
 
 
 def _load_split_dir(path: Path, text_column: str, cache_dir: str | None):
@@ -236,14 +259,11 @@ def load_text_splits(data: str, *, text_column: str = "text", valid_size: int = 
                         files = sorted(f for f in local.glob(f"{path.name}.*") if f.is_file() and _builder(f))
                         splits[split] = _load_files(files, text_column, cache_dir)
                 corpus = splits.pop("train")
-            elif local.is_dir() and len(patterns := datasets.data_files.get_data_patterns(str(local))) > 1:
+            elif local.is_dir() and (found := _hub_layout_splits(local)):
                 # split files in the Hub's layout (data/train-00000-of-00001.parquet, data/test-...), found as
                 # `datasets.load_dataset(folder)` finds them: its test files are not train text
-                found = datasets.data_files.DataFilesDict.from_patterns(patterns, base_path=str(local))
-                for split, names in SPLIT_NAMES.items():
-                    name = next((n for n in names if n in found), None)
-                    if name is not None:
-                        splits[split] = _load_files([Path(f) for f in found[name]], text_column, cache_dir)
+                for split, files in found.items():
+                    splits[split] = _load_files(files, text_column, cache_dir)
                 corpus = splits.pop("train")
             else:
                 corpus = _load_files(_data_files(local), text_column, cache_dir)
@@ -281,8 +301,13 @@ def tokenizer_fingerprint(tokenizer) -> str:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         text = json.dumps(tokenizer.get_vocab(), sort_keys=True)
-    else:
-        text = json.dumps({**json.loads(backend.to_str()), "truncation": None, "padding": None}, sort_keys=True)
+    else:  # a copy without that state, serialised as before (so that a tokenizer without it keeps its key)
+        from tokenizers import Tokenizer
+
+        copy = Tokenizer.from_str(backend.to_str())
+        copy.no_truncation()
+        copy.no_padding()
+        text = copy.to_str()
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 

@@ -27,9 +27,11 @@ def retry_command(model_dir, repo_id: str, *, private: bool = False, license: st
                   base_model: str | None = None) -> str:
     """The `xpt-push` command that repeats a failed push with every choice the user made: a push that failed
     before the repo existed must not create it public, or with another licence or base model, on retry."""
+    import os
     import shlex
+    import subprocess
 
     words = ["xpt-push", "--model-dir", str(model_dir), "--repo-id", repo_id] + (["--private"] if private else [])
     for flag, value in (("--license", license), ("--base-model", base_model)):
         words += [flag, value] if value else []
-    return shlex.join(words)
+    return subprocess.list2cmdline(words) if os.name == "nt" else shlex.join(words)  # each shell's quoting

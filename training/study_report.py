@@ -104,6 +104,7 @@ def efficiency_factor(runs: list[dict[str, Any]], task: str | None) -> dict[str,
                         "xpt_score": _score(run, task), "scratch_score": _score(reference, task)}
                 if task:
                     best["seed_ranges_disjoint"] = _disjoint_above(run["tasks"][task], reference["tasks"][task])
+                    best["one_seed"] = min(len(run["tasks"][task]["scores"]), len(reference["tasks"][task]["scores"])) < 2
     if best is None:
         return {"factor": None, "text": "not reached within the sizes run"}
     # Scratch was not run above its largest size: where any XPT size matches that largest size, a larger
@@ -113,7 +114,9 @@ def efficiency_factor(runs: list[dict[str, Any]], task: str | None) -> dict[str,
     best["lower_bound"] = bounded
     best["text"] = (f"{'at least ' if bounded else ''}{best['factor']:g}x: XPT at {best['xpt_sentences']:,} sentences "
                     f"matches or beats Scratch at {best['scratch_sentences']:,}")
-    if "seed_ranges_disjoint" in best:
+    if best.get("one_seed"):
+        best["text"] += " (one seed: no range to compare)"
+    elif "seed_ranges_disjoint" in best:
         best["text"] += " (seed ranges disjoint)" if best["seed_ranges_disjoint"] else " (seed ranges overlap)"
     # The factor reads as data efficiency only where XPT is not behind Scratch at the same size.
     behind = [n for n in sorted(xpt) if n in scratch and _score(xpt[n], task) < _score(scratch[n], task)]
@@ -132,7 +135,8 @@ def separation(runs: list[dict[str, Any]], task: str) -> dict[str, Any]:
         if FOCUS in by_method and BASELINE in by_method:
             a, b = by_method[FOCUS], by_method[BASELINE]
             table[str(size)] = {"xpt_above": a["mean"] > b["mean"],
-                                "ranges_disjoint": _disjoint_above(a, b) or _disjoint_above(b, a)}
+                                "ranges_disjoint": _disjoint_above(a, b) or _disjoint_above(b, a),
+                                "one_seed": min(len(a["scores"]), len(b["scores"])) < 2}
     return table
 
 
@@ -153,7 +157,7 @@ def markdown(report: dict[str, Any], spec: StudySpec) -> str:
                   "", f"Data-efficiency factor (XPT vs Scratch): {report['data_efficiency'][task]['text']}.", ""]
         verdicts = report["separation"][task]
         lines.append("XPT above Scratch with disjoint seed ranges: " + (", ".join(
-            f"{int(n):,}: {'yes' if v['xpt_above'] and v['ranges_disjoint'] else ('above, ranges overlap' if v['xpt_above'] else 'no')}"
+            f"{int(n):,}: {'yes' if v['xpt_above'] and v['ranges_disjoint'] else ('above, one seed' if v['xpt_above'] and v.get('one_seed') else 'above, ranges overlap' if v['xpt_above'] else 'no')}"
             for n, v in verdicts.items()) or "no size has both finished") + ".")
         lines.append("")
         lines += reads_table(runs, spec, task, report["floor"].get(task), report["source"].get(task))
