@@ -137,12 +137,12 @@ class Path_:
 def path_table(best: SpeedSettings) -> dict[str, Path_]:
     """Every path is `best` (what post_train.py picks here) with the settings its name says changed."""
     stock_best = replace(best, fused_adamw=True, masked_capacity=False, attention="sdpa")
+    stock_eager = SpeedSettings("no", False, True, False, "sdpa", "torch")  # fp32, eager, fused AdamW, SDPA
     return {
-        "stock-eager": Path_("stock-eager", True, SpeedSettings("no", False, True, False, "sdpa", "torch")),
+        "stock-eager": Path_("stock-eager", True, stock_eager),
         "stock-best": Path_("stock-best", True, replace(stock_best, retain_memory=False)),
         "stock-best-retained": Path_("stock-best-retained", True, stock_best),
-        "stock-padded": Path_("stock-padded", True, SpeedSettings("no", False, True, False, "sdpa", "torch"),
-                              padded=True),
+        "stock-padded": Path_("stock-padded", True, stock_eager, padded=True),
         "xpt": Path_("xpt", False, best),
         "xpt-eager": Path_("xpt-eager", False, replace(best, compile=False, fused_adamw=False, masked_capacity=False)),
         "xpt-eager-fused": Path_("xpt-eager-fused", False, replace(best, compile=False, masked_capacity=False)),

@@ -49,14 +49,14 @@ def check_output_folder(out, *, overwrite: bool, reads: Iterable = ()) -> None:
                              "reads; choose another output folder")
     if target.is_file():
         raise UserError(f"output {out} is a file; give a folder")
-
     if target.is_dir() and any(target.iterdir()):
         if not overwrite:
             raise UserError(f"output {out} already holds files; choose a new or empty folder, or pass "
                              "--overwrite to replace its contents")
-        if target == Path.cwd().resolve() or target in Path.cwd().resolve().parents:  # moved aside, it would take
+        cwd = Path.cwd().resolve()
+        if target == cwd or target in cwd.parents:  # moved aside, it would take the working folder with it
             raise UserError(f"--overwrite of {out} would move aside the current folder, and the new files with "
-                            "it: run the command from another folder")  # the command's working folder with it
+                            "it: run the command from another folder")
         target.rename(aside)
         if not at_command_end(on_success=lambda: shutil.rmtree(aside, ignore_errors=True),
                               on_failure=lambda: put_back(aside, target)):

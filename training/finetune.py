@@ -55,9 +55,9 @@ from tqdm.auto import tqdm
 
 from tokenization.errors import UserError, report_error
 from training import metrics_downstream, sentence_similarity
-from training.inputs import recorded_ref
 from training.finetune_cli import (build_parser, check_options, check_publishable, check_reused_folder,
                                    hyperparameters, resolve_options)
+from training.inputs import recorded_ref
 from training.publishing import publisher, retry_command
 from training.run_record import RESULTS_FILE, RecordError, RunRecord
 from training.task_encoding import MODEL_INPUTS, build_features, collate, score

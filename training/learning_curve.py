@@ -34,7 +34,6 @@ from training.run_record import CURVE_FILE, SUMMARY_FILE
 from training.tasks import TaskDataError, get_task, load_task_data
 
 
-
 def run_config(run: Path, checkpoint: Path, config_file: str | None):
     """The PostTrainConfig of the run: saved in the checkpoint, else read from `config_file`."""
     from training.config import config_from_dict, load_config

@@ -151,13 +151,12 @@ def _text_only(ds, text_column: str):
     return ds.filter(lambda batch: [bool(t and t.strip()) for t in batch["text"]], batched=True)
 
 
-def _hub_layout_splits(folder: Path) -> dict[str, list[Path]] | None:
-    """{"train", "valid"?, "test"?} -> files, when `folder`'s data files are split by name as the Hub lays them
+def _hub_layout_splits(folder: Path, files: list[Path]) -> dict[str, list[Path]] | None:
+    """{"train", "valid"?, "test"?} -> files, when `folder`'s data `files` are split by name as the Hub lays them
     out (datasets' own patterns: train-*, data/test-*, ...) and every one of them belongs to a split; else None
     (one corpus: held-out splits are taken from it)."""
     import datasets
 
-    files = _data_files(folder)
     try:
         found = datasets.data_files.DataFilesDict.from_patterns(datasets.data_files.get_data_patterns(str(folder)),
                                                                  base_path=str(folder))
@@ -259,14 +258,14 @@ def load_text_splits(data: str, *, text_column: str = "text", valid_size: int = 
                         files = sorted(f for f in local.glob(f"{path.name}.*") if f.is_file() and _builder(f))
                         splits[split] = _load_files(files, text_column, cache_dir)
                 corpus = splits.pop("train")
-            elif local.is_dir() and (found := _hub_layout_splits(local)):
+            else:
+                files = _data_files(local)
                 # split files in the Hub's layout (data/train-00000-of-00001.parquet, data/test-...), found as
                 # `datasets.load_dataset(folder)` finds them: its test files are not train text
-                for split, files in found.items():
-                    splits[split] = _load_files(files, text_column, cache_dir)
+                found = _hub_layout_splits(local, files) if local.is_dir() else None
+                for split, split_files in (found or {"train": files}).items():
+                    splits[split] = _load_files(split_files, text_column, cache_dir)
                 corpus = splits.pop("train")
-            else:
-                corpus = _load_files(_data_files(local), text_column, cache_dir)
     for split in [s for s in ("valid", "test") if s in splits and len(splits[s]) == 0]:
         del splits[split]  # an empty prepared split: hold out from train instead
     missing = [s for s in ("valid", "test") if s not in splits]

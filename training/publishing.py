@@ -7,6 +7,9 @@ it; so training/ imports nothing from cards/.
 """
 from __future__ import annotations
 
+import os
+import shlex
+import subprocess
 from importlib.metadata import entry_points
 
 from tokenization.errors import UserError
@@ -27,10 +30,6 @@ def retry_command(model_dir, repo_id: str, *, private: bool = False, license: st
                   base_model: str | None = None) -> str:
     """The `xpt-push` command that repeats a failed push with every choice the user made: a push that failed
     before the repo existed must not create it public, or with another licence or base model, on retry."""
-    import os
-    import shlex
-    import subprocess
-
     words = ["xpt-push", "--model-dir", str(model_dir), "--repo-id", repo_id] + (["--private"] if private else [])
     for flag, value in (("--license", license), ("--base-model", base_model)):
         words += [flag, value] if value else []
