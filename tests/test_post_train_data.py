@@ -71,12 +71,12 @@ def test_a_local_folder_in_the_hubs_layout_keeps_its_test_split(tmp_path):
         (mixed / name).write_text("\n".join(f"{name} 문장 {i}" for i in range(n)) + "\n")
     assert sum(len(v) for v in load_text_splits(str(mixed), valid_size=2, test_size=2,
                                                 cache_dir=str(tmp_path / ".hf3")).values()) == 68
-    no_train = tmp_path / "no-train"  # dev and test files but no train file: one corpus too
+    no_train = tmp_path / "no-train"  # dev and test files but no train file: refused, not trained on
     no_train.mkdir()
     for name, n in (("corpus.txt", 40), ("dev.txt", 5), ("test.txt", 5)):
         (no_train / name).write_text("\n".join(f"{name} {i}" for i in range(n)) + "\n")
-    assert sum(len(v) for v in load_text_splits(str(no_train), valid_size=2, test_size=2,
-                                                cache_dir=str(tmp_path / ".hf4")).values()) == 50
+    with pytest.raises(ValueError, match=r"held-out split files \(dev.txt, test.txt\) but no train file.*train.txt"):
+        load_text_splits(str(no_train), valid_size=2, test_size=2, cache_dir=str(tmp_path / ".hf4"))
     plain = tmp_path / "plain"
     (plain / ".ipynb_checkpoints").mkdir(parents=True)
     (plain / "a.txt").write_text("\n".join(f"문장 {i}" for i in range(30)) + "\n")

@@ -259,6 +259,11 @@ def load_text_splits(data: str, *, text_column: str = "text", valid_size: int = 
                         splits[split] = _load_files(files, text_column, cache_dir)
                 corpus = splits.pop("train")
             else:
+                held_out = [p.name for p in sub.values() if p is not None]
+                if held_out:  # read as one corpus, these held-out texts would be trained on
+                    raise ValueError(f"{local} has held-out split files ({', '.join(held_out)}) but no train file: "
+                                     "name the training text train.txt (or train.*.txt, or a train/ folder), or move "
+                                     "the held-out files out of the folder to hold out from the whole corpus")
                 files = _data_files(local)
                 # split files in the Hub's layout (data/train-00000-of-00001.parquet, data/test-...), found as
                 # `datasets.load_dataset(folder)` finds them: its test files are not train text
