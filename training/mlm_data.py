@@ -259,7 +259,8 @@ def load_text_splits(data: str, *, text_column: str = "text", valid_size: int = 
                         splits[split] = _load_files(files, text_column, cache_dir)
                 corpus = splits.pop("train")
             else:
-                held_out = [p.name for p in sub.values() if p is not None]
+                held_out = [f.name for p in sub.values() if p is not None
+                            for f in ([p] if p.exists() else sorted(local.glob(f"{p.name}.*")))]
                 if held_out:  # read as one corpus, these held-out texts would be trained on
                     raise ValueError(f"{local} has held-out split files ({', '.join(held_out)}) but no train file: "
                                      "name the training text train.txt (or train.*.txt, or a train/ folder), or move "
