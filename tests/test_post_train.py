@@ -209,6 +209,18 @@ def test_cpu_default_splits_a_large_batch_into_micro_batches_with_the_same_losse
     assert split["final_metrics"]["loss"] == pytest.approx(whole["final_metrics"]["loss"], rel=1e-4)
 
 
+def test_rows_longer_than_the_models_positions_are_cut_to_them_and_said(tiny, tmp_path, capsys):
+    """The tiny BERT has 64 positions: max_seq_length 100 trains rows of 64 tokens, says so, and records 64."""
+    summary = run_inprocess(run_args(tiny, tmp_path / "long", max_seq_length=100, train_steps=2, phase1_steps=1,
+                                     cache_dir=tmp_path / "cache"))
+    assert "max_seq_length 100 is more than the model's 64 positions: rows of 64 tokens" in capsys.readouterr().out
+    assert summary["batch"]["max_seq_length"] == 64 and summary["config"]["max_seq_length"] == 100
+    from datasets import load_from_disk
+
+    (built,) = [d.parent for d in (tmp_path / "cache").glob("*/DONE")]  # the token rows' cache
+    assert max(len(ids) for split in ("train", "valid") for ids in load_from_disk(str(built / split))["input_ids"]) == 64
+
+
 # ----------------------------------------------------------------------------------------------
 # Optional word-order prediction (off by default), own tokenizer, push to the Hub
 # ----------------------------------------------------------------------------------------------

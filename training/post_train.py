@@ -227,21 +227,22 @@ def prepare_run(config: PostTrainConfig, accelerator: Accelerator, speed: SpeedS
         raise ConfigError("tokenizer", "the tokenizer needs a mask and a pad token")
     model = config.method_entry().build(source, tokenizer, embedding_init=config.embedding_init,
                                         itl_init=config.itl_init, adapter_size=config.adapter_size)
-    # the target language recorded by the corpus preparation or the tokenizer training, else the run's
-    # --language, saved in config.json
+    # the target language recorded by the corpus preparation or tokenizer training, else --language (config.json)
     model.config.language = recorded_language(resolve_local(data) if data else None,
                                               resolve_local(config.tokenizer) if config.tokenizer else None
                                               ) or config.language
     if config.post_training_dropout is not None:
         set_dropout(model, config.post_training_dropout, config.post_training_dropout)
     use_speed_paths(model, speed.attention, speed.dropout_mask)
-    if not hasattr(model, "conversion_report"):
-        model.conversion_report = {}
+    model.conversion_report = getattr(model, "conversion_report", {})
     # the module that trains: the MLM loss at the masked positions, plus the auxiliary WOP head if asked for
     train_module = MaskedLMTraining(model, config.max_seq_length if config.wop_probability > 0 else 0)
     position_offset = model.config.position_offset
-    row_length = min(config.max_seq_length, model.config.max_position_embeddings - position_offset)
-    tokenizer.model_max_length = model.config.max_position_embeddings - position_offset  # the model's usable positions, saved with it
+    tokenizer.model_max_length = model.config.max_position_embeddings - position_offset  # usable positions, saved with it
+    row_length = min(config.max_seq_length, tokenizer.model_max_length)
+    if row_length < config.max_seq_length:
+        log(f"max_seq_length {config.max_seq_length} is more than the model's {row_length} positions: "
+            f"rows of {row_length} tokens")
     cache_key = {"data": describe_data_source(data), "data_config": config.data_config, "streaming": config.streaming,
                  "valid": config.valid_size, "test": config.test_size, "max_train": config.max_train_sentences,
                  "max_eval": config.max_eval_sentences, "text_column": config.text_column}
@@ -437,8 +438,8 @@ def write_outputs(run: Run, state: RunState) -> RunRecord:
         tokens_per_s=round(state.tokens_seen / max(1e-9, state.train_time_s), 1),
         hardware=info,
         batch=BatchRecord(global_batch_size=config.global_batch_size, per_device_batch_size=run.micro,
-                          gradient_accumulation_steps=run.accumulation, max_seq_length=config.max_seq_length,
-                          packing=config.packing),
+                          gradient_accumulation_steps=run.accumulation, packing=config.packing,
+                          max_seq_length=min(config.max_seq_length, run.tokenizer.model_max_length)),  # as the rows
         valid_metrics=valid_metrics,
         final_metrics=final_metrics,
         final_metrics_split=final_split,
