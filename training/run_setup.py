@@ -225,7 +225,8 @@ def row_statistics(rows: dict, splits: dict, tokenizer, state, resume_from: Path
     fingerprint = rows_fingerprint(rows["train"], stats["train"], tokenizer)
     if resume_from is not None and state.data_fingerprint not in (None, fingerprint):
         raise ConfigError("resume", f"{resume_from} was trained on other token rows than this run reads "
-                          f"({stats['train']['rows']:,} rows now): the data or the tokenizer changed since; resume "
-                          "with the ones it started with, or start a new run in another --output-dir")
+                          f"({stats['train']['rows']:,} rows now): the data or the tokenizer changed since (or, for "
+                          "raw text held out from before copies of held-out texts were dropped from train, how it "
+                          "is split); resume with the ones it started with, or start a new run in another --output-dir")
     state.data_fingerprint = fingerprint
     return stats
