@@ -27,6 +27,34 @@ from training.step import build_optimizer
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # reset Accelerate's per-process state after each test
 
 
+def test_a_cpu_launch_on_a_machine_with_cuda_gets_the_cpu_settings(monkeypatch):
+    """`accelerate launch --cpu` (ACCELERATE_USE_CPU) on a GPU machine trains on the CPU: its speed settings
+    are the CPU's (no bf16 autocast where the CPU has no native bf16, no compile), and so is its device."""
+    from training import step
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(step, "cpu_has_fast_bf16", lambda: False)
+    monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)
+    assert run_setup.training_device() == "cuda"
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "true")
+    assert run_setup.training_device() == "cpu"
+    from training.config import PostTrainConfig
+
+    speed = step.resolve_speed(PostTrainConfig(), run_setup.training_device())
+    assert (speed.mixed_precision, speed.compile) == ("no", False)
+
+
+def test_auto_precision_on_cuda_is_bf16_only_where_the_gpu_runs_it_natively(monkeypatch):
+    from training import step
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    native = {"flag": False}
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation or native["flag"])
+    assert step.auto_mixed_precision("cuda") == "no"  # emulated only (a V100, a T4)
+    native["flag"] = True
+    assert step.auto_mixed_precision("cuda") == "bf16"
+
+
 def test_speed_settings_auto_and_explicit(monkeypatch):
     from training import step
     from training.config import PostTrainConfig

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 import transformers
 from accelerate import Accelerator
-from accelerate.utils import is_tensorboard_available
+from accelerate.utils import is_tensorboard_available, parse_flag_from_env
 from transformers import AutoTokenizer
 
 from tokenization.errors import ConfigError
@@ -79,8 +79,10 @@ def launched_multi_cpu() -> bool:
 
 
 def training_device() -> str:
-    """"cuda" where post-training runs on GPUs, else "cpu" (no CUDA, or a multi-process CPU launch)."""
-    return "cuda" if torch.cuda.is_available() and not launched_multi_cpu() else "cpu"
+    """"cuda" where post-training runs on GPUs, else "cpu" (no CUDA, a multi-process CPU launch, or
+    `accelerate launch --cpu` / `use_cpu: true`, which set ACCELERATE_USE_CPU, on a machine with CUDA)."""
+    on_cpu = launched_multi_cpu() or parse_flag_from_env("ACCELERATE_USE_CPU")
+    return "cuda" if torch.cuda.is_available() and not on_cpu else "cpu"
 
 
 def world_size_from_env() -> int:

@@ -54,7 +54,8 @@ def cpu_has_fast_bf16() -> bool:
 def auto_mixed_precision(device: str) -> str:
     """bf16 where the hardware runs it natively (CUDA with bf16 support, CPUs with AVX512-BF16/AMX), else no."""
     if device.startswith("cuda"):
-        return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
+        # not emulated bf16 (V100, T4: is_bf16_supported() is True there by default, and slow)
+        return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False) else "no"
     return "bf16" if cpu_has_fast_bf16() else "no"
 
 
