@@ -26,6 +26,7 @@ pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # reset Accelera
     ({"phases": '[{"name": "p", "trainable_groups": ["itl", "decoder_bias"], "steps": 3}]'},
      "phases[0].trainable_groups"),
     ({"phases": '[{"name": "p", "steps": 0}]'}, "phases[0].steps"),
+    ({"phases": '[{"name": "p", "steps": 3, "early_stopping_patience": -1}]'}, "phases[0].early_stopping_patience"),
     ({"phases": '[{"name": "p", "steps": 3}]', "learning_rate": 0.5}, "learning_rate"),  # ignored beside phases
     ({"train_steps": 0}, "train_steps"),
     ({"phase1_steps": 0}, "phase1_steps"),
@@ -41,6 +42,7 @@ pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # reset Accelera
     ({"push_to_hub": "my-org/x"}, "hub_license"),  # the tiny local source has no recorded licence
     ({"push_to_hub": "my-org/x", "method": "scratch", "source": "FacebookAI/roberta-base"}, "hub_license"),
     ({"push_to_hub": "my-org/bad--name", "hub_license": "mit"}, "push_to_hub"),
+    ({"global_batch_size": 4096, "per_device_batch_size": 8}, "global_batch_size"),  # more rows than the corpus has
 ])
 def test_bad_config_fails_before_training_naming_the_field(tiny, tmp_path, capsys, overrides, field):
     argv = run_args(tiny, tmp_path / "out", **overrides)
@@ -155,6 +157,10 @@ def test_malformed_yaml_is_one_line(tmp_path, capsys):
     (["--tokenizer-train-sentences", "0"], "tokenizer_train_sentences"),
     (["--language", "xx"], "language"),
     (["--min-script-share", "1.5"], "min_script_share"),
+    (["--random-replace-prob", "-0.1"], "random_replace_prob"),
+    (["--wop-weight", "-3"], "wop_weight"),
+    (["--seed", "-1"], "seed"),
+    (["--eval-seed", str(2**32)], "eval_seed"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else v)
 def test_out_of_range_value_is_one_line_at_dry_run(flags, field, capsys):
     assert post_train.main(["--config", str(REPO_ROOT / "configs" / "demo.yaml"), "--dry-run", *flags]) == 2

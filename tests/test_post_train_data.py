@@ -184,6 +184,16 @@ def test_text_without_the_target_script_is_refused_unless_the_check_is_off(tiny,
         check_target_script(english_only, language="ko", min_share=0.5, data="x")
 
 
+def test_test_size_zero_trains_without_a_test_split_and_valid_size_zero_is_refused(tiny, tmp_path, capsys):
+    """test_size 0: no test split, final metrics on valid; valid_size 0: refused before any tokenising, naming
+    the option (an empty held-out split was cached, then failed to reload with an IndexError)."""
+    summary = run_inprocess(run_args(tiny, tmp_path / "no-test", test_size=0, train_steps=2, phase1_steps=1,
+                                     cache_dir=tmp_path / "cache"))
+    assert summary["final_metrics_split"] == "valid" and (summary["data"].get("test"), summary["data"]["test_sentences"]) == (None, 0)
+    assert post_train.main(run_args(tiny, tmp_path / "no-valid", valid_size=0, cache_dir=tmp_path / "cache")) == 2
+    assert "`valid_size`: 0 holds out no valid split" in capsys.readouterr().err
+
+
 # ----------------------------------------------------------------------------------------------
 # Packing sentences into rows
 # ----------------------------------------------------------------------------------------------

@@ -105,8 +105,15 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
         raise ConfigError("max_seq_length", f"must be at least 8 (a row holds [CLS], [SEP] and some text), got {c.max_seq_length}")
     if not 0 < c.mlm_probability < 1:
         raise ConfigError("mlm_probability", f"must be in (0, 1), got {c.mlm_probability}")
-    if c.mask_replace_prob < 0 or c.random_replace_prob < 0 or c.mask_replace_prob + c.random_replace_prob > 1:
-        raise ConfigError("mask_replace_prob", "mask_replace_prob and random_replace_prob must be >= 0 and sum to <= 1")
+    for name in ("mask_replace_prob", "random_replace_prob", "wop_weight"):
+        if getattr(c, name) < 0:
+            raise ConfigError(name, f"must be >= 0, got {getattr(c, name)}")
+    if c.mask_replace_prob + c.random_replace_prob > 1:
+        raise ConfigError("mask_replace_prob", "mask_replace_prob and random_replace_prob must sum to <= 1, got "
+                                               f"{c.mask_replace_prob} + {c.random_replace_prob}")
+    for name in ("seed", "eval_seed"):
+        if not 0 <= getattr(c, name) < 2**32:
+            raise ConfigError(name, f"must be in [0, 2**32), got {getattr(c, name)}")
     if not 0 <= c.min_script_share <= 1:
         raise ConfigError("min_script_share", f"must be in [0, 1], got {c.min_script_share}")
     if c.min_script_share > 0:
@@ -207,6 +214,8 @@ def _validate_phase(i: int, phase: PhaseConfig) -> None:
         raise ConfigError(f"{where}.schedule", f"{phase.schedule!r} is not one of {SCHEDULES}")
     if not 0 <= phase.warmup_steps <= phase.steps:
         raise ConfigError(f"{where}.warmup_steps", f"{phase.warmup_steps} must be in [0, steps={phase.steps}]")
+    if phase.early_stopping_patience is not None and phase.early_stopping_patience <= 0:
+        raise ConfigError(f"{where}.early_stopping_patience", f"must be > 0 or null, got {phase.early_stopping_patience}")
 
 
 def _validate_paths(c: PostTrainConfig) -> None:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from tokenization.errors import ConfigError
+
 
 # ----------------------------------------------------------------------------------------------
 # 1. Batch schedule (data position = f(step))
@@ -30,8 +32,8 @@ class BatchSchedule:
 
     def __init__(self, num_rows: int, global_batch: int, seed: int, lengths: list[int] | None = None):
         if num_rows < global_batch:
-            raise ValueError(f"only {num_rows} training rows for a global batch of {global_batch}: "
-                             f"use more data or a smaller global_batch_size")
+            raise ConfigError("global_batch_size", f"only {num_rows} training rows for a global batch of "
+                                                   f"{global_batch}: use more data or a smaller global_batch_size")
         self.num_rows, self.global_batch, self.seed, self.lengths = num_rows, global_batch, seed, lengths
         self.steps_per_epoch = num_rows // global_batch
         self._epoch, self._order = None, None

@@ -274,9 +274,9 @@ def load_text_splits(data: str, *, text_column: str = "text", valid_size: int = 
                 corpus = splits.pop("train")
     for split in [s for s in ("valid", "test") if s in splits and len(splits[s]) == 0]:
         del splits[split]  # an empty prepared split: hold out from train instead
-    missing = [s for s in ("valid", "test") if s not in splits]
+    sizes = {"test": test_size, "valid": valid_size}
+    missing = [s for s in ("valid", "test") if s not in splits and sizes[s] > 0]  # a size of 0: no such split
     if missing:  # hold out from the corpus after a fixed shuffle (sources are often concatenated by kind)
-        sizes = {"test": test_size, "valid": valid_size}
         need = sum(sizes[s] for s in missing)
         if len(corpus) <= need:
             raise ValueError(f"data {data!r} has {len(corpus)} sentences, too few to hold out {need} for {missing}")

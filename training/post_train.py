@@ -425,7 +425,7 @@ def write_outputs(run: Run, state: RunState) -> RunRecord:
         method=config.method,
         source_model=f"{config.source} ({run.source})" if config.source.startswith("package:") else recorded_ref(config.source),
         tokenizer=run.tokenizer_ref,
-        data=DataRecord(spec=data, train=f"{data}:train", valid=f"{data}:valid", test=f"{data}:test",
+        data=DataRecord(spec=data, train=f"{data}:train", valid=f"{data}:valid", test=f"{data}:test" if "test" in stats else None,
                         train_sentences=stats["train"]["sentences"], train_pieces=stats["train"]["pieces"],
                         train_rows=stats["train"]["rows"],
                         train_tokens=stats["train"]["tokens"], valid_sentences=stats["valid"]["sentences"],

@@ -208,6 +208,9 @@ def load_splits(config: PostTrainConfig, data: str, accelerator: Accelerator) ->
                                       if config.max_train_sentences else None)
         except Exception as error:  # the user's files (empty, binary, torn .gz, ...): the cause names the file and fix
             raise ConfigError("data", f"cannot read {data}: {_root_cause(error)}") from None
+    if "valid" not in splits:
+        raise ConfigError("valid_size", f"0 holds out no valid split from {data}, and the phases evaluate and "
+                                        "stop early on it: give valid_size > 0 (test_size 0 is fine)")
     if config.max_train_sentences:
         splits["train"] = splits["train"].select(range(min(config.max_train_sentences, len(splits["train"]))))
     if config.max_eval_sentences:
