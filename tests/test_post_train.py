@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from tests.model_factories import tiny_source, word_tokenizer
 from tests.post_train_helpers import (PHASE1, PYTHON, REUSED_GROUPS, WORDS, checkpoint_weights, losses,
                                       reset_accelerate, reused_pairs, run_args, run_inprocess, run_subprocess,
                                       source_weights)
+from training import post_train
 from training.checkpointing import list_checkpoints
 from training.step import cpu_class, cpu_model_name
 
@@ -207,6 +209,26 @@ def test_cpu_default_splits_a_large_batch_into_micro_batches_with_the_same_losse
     np.testing.assert_allclose([x["loss"] for x in losses(tmp_path / "split")],
                                [x["loss"] for x in losses(tmp_path / "whole")], rtol=1e-5, atol=1e-6)
     assert split["final_metrics"]["loss"] == pytest.approx(whole["final_metrics"]["loss"], rel=1e-4)
+
+
+def test_logged_tokens_per_second_leave_out_evaluation(tiny, tmp_path, monkeypatch):
+    """train/tokens_per_s (TensorBoard, the progress bar) counts step time only, as the summary's tokens/s: an
+    evaluation of a second between two logged steps does not show up as a slow step."""
+    from accelerate import Accelerator
+
+    logged = []
+    monkeypatch.setattr(Accelerator, "log", lambda self, values, step=None, **kw: logged.append(values))
+    slow_eval = post_train.evaluate_during_phase
+
+    def evaluate_slowly(*args):
+        time.sleep(1.0)
+        return slow_eval(*args)
+
+    monkeypatch.setattr(post_train, "evaluate_during_phase", evaluate_slowly)
+    summary = run_inprocess(run_args(tiny, tmp_path / "rate", eval_steps=3, logging_steps=1, save_steps=100))
+    rates = [v["train/tokens_per_s"] for v in logged if "train/tokens_per_s" in v]
+    assert len(rates) == 8 and summary["wall_time_s"] - summary["train_time_s"] > 2  # two slow evaluations
+    assert min(rates) > 0.2 * summary["tokens_per_s"], (rates, summary["tokens_per_s"])
 
 
 def test_rows_longer_than_the_models_positions_are_cut_to_them_and_said(tiny, tmp_path, capsys):

@@ -106,7 +106,7 @@ class RunState:
     bad_evals: int = 0  # evaluations since the phase's best valid loss
     tokens_seen: int = 0
     wall_time_s: float = 0.0  # up to the last checkpoint (then to the end)
-    train_time_s: float = 0.0  # optimiser steps only (no data preparation, evaluation, saving)
+    train_time_s: float = 0.0  # optimiser steps with their batches (no tokenising, evaluation, saving)
     phase_records: list[PhaseRecord] = field(default_factory=list)  # one per finished phase
     valid_history: list[dict] = field(default_factory=list)  # every evaluation on valid
     settings: dict | None = None  # the run's PostTrainConfig.to_dict(), checked when it is resumed
@@ -320,7 +320,7 @@ def run_phase(run: Run, state: RunState, phase_index: int, progress, *, resume_f
     stopped_early = False
     loader = iter(train_loader(run.micro_batches, state.step, state.step + phase.steps - state.phase_step,
                                num_workers=run.speed.loader_workers))
-    tick, tick_tokens = time.time(), 0
+    tick_time, tick_tokens = 0.0, 0  # the logged tokens/s: steps only, as train_time_s
     while state.phase_step < phase.steps:
         step_started = time.time()
         batches = [next(loader) for _ in range(run.accumulation)]
@@ -331,10 +331,10 @@ def run_phase(run: Run, state: RunState, phase_index: int, progress, *, resume_f
         record = {"step": state.step + 1, "phase": phase.name, "loss": step_loss}
         if run.use_wop:
             record["wop_loss"] = accelerator.reduce(result.wop_sum, reduction="sum").item() / max(1.0, result.global_wop)
-        state.step += 1
-        state.phase_step += 1
+        state.step, state.phase_step = state.step + 1, state.phase_step + 1
         state.tokens_seen += int(result.global_tokens)
         state.train_time_s += time.time() - step_started
+        tick_time += time.time() - step_started
         tick_tokens += result.global_tokens
         step = state.step
         if accelerator.is_main_process:
@@ -342,12 +342,12 @@ def run_phase(run: Run, state: RunState, phase_index: int, progress, *, resume_f
                 handle.write(json.dumps({**record, "lr": result.lr}) + "\n")
         progress.update(1)
         if step % config.logging_steps == 0 or state.phase_step == phase.steps:
-            tokens_per_s = tick_tokens / max(1e-9, time.time() - tick)
+            tokens_per_s = tick_tokens / max(1e-9, tick_time)
             progress.set_postfix(phase=phase.name, loss=f"{step_loss:.4f}", lr=f"{result.lr:.2e}", tok_s=f"{tokens_per_s:,.0f}")
             accelerator.log({"train/loss": step_loss, "train/lr": result.lr, "train/tokens_per_s": tokens_per_s,
                              "train/phase": phase_index, "train/tokens_seen": state.tokens_seen,
                              **({"train/wop_loss": record["wop_loss"]} if run.use_wop else {})}, step=step)
-            tick, tick_tokens = time.time(), 0
+            tick_time, tick_tokens = 0.0, 0
         if step % config.eval_steps == 0 and state.phase_step < phase.steps:
             stopped_early = evaluate_during_phase(run, state, phase)
         if step % config.save_steps == 0 and state.phase_step < phase.steps and not stopped_early:

@@ -88,7 +88,7 @@ class RunRecord:
     total_steps: int | None = None
     tokens_seen: int | None = None
     wall_time_s: float | None = None
-    train_time_s: float | None = None  # optimiser steps only (no data preparation, evaluation, saving)
+    train_time_s: float | None = None  # optimiser steps with their batches (no tokenising, evaluation, saving)
     tokens_per_s: float | None = None
     hardware: dict[str, Any] | None = None  # kind of device, process count, mixed precision, versions, speed settings
     batch: BatchRecord | None = None
