@@ -161,7 +161,7 @@ def test_resume_survives_a_torn_log_and_skips_a_checkpoint_that_does_not_load(ti
     assert losses(cut) == losses(full)  # resumed exactly, from whichever checkpoint it used
 
 
-def test_checkpoint_is_atomic_when_saving_crashes(tmp_path):
+def test_checkpoint_is_atomic_when_saving_crashes(tmp_path, monkeypatch):
     class FakeAccelerator:
         is_main_process = True
 
@@ -189,6 +189,26 @@ def test_checkpoint_is_atomic_when_saving_crashes(tmp_path):
     save_checkpoint(acc, tmp_path, 8, {"step": 8}, keep=2, save_state=good)
     assert [s for s, _ in list_checkpoints(tmp_path)] == [6, 8]
     # a run resumed from step 6 (say 8 did not load) saves step 7 with one kept: 7 stays, the abandoned 8 goes
+    save_checkpoint(acc, tmp_path, 7, {"step": 7}, keep=1, save_state=good)
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [7] and not list((tmp_path / "checkpoints").glob(".tmp-*"))
+    # saving over an existing checkpoint of the same step: a crash between the two renames keeps the old one whole
+    from training.checkpointing import STATE_FILE
+
+    renames, real_replace = [], os.replace
+
+    def replace_then_crash(src, dst):
+        renames.append(Path(src).name)
+        if Path(src).name == ".tmp-checkpoint-7":
+            raise OSError("killed")
+        real_replace(src, dst)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "replace", replace_then_crash)
+        with pytest.raises(OSError, match="killed"):
+            save_checkpoint(acc, tmp_path, 7, {"step": 7}, keep=1, save_state=good)
+    assert renames == ["checkpoint-7", ".tmp-checkpoint-7"]
+    aside = tmp_path / "checkpoints" / ".tmp-checkpoint-7-replaced"
+    assert (aside / "weights").read_text() == "ok" and (aside / STATE_FILE).exists()  # nothing half-deleted
     save_checkpoint(acc, tmp_path, 7, {"step": 7}, keep=1, save_state=good)
     assert [s for s, _ in list_checkpoints(tmp_path)] == [7] and not list((tmp_path / "checkpoints").glob(".tmp-*"))
 

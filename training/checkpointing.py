@@ -150,9 +150,12 @@ def save_checkpoint(accelerator, output_dir, step: int, state: dict, keep: int, 
         _discard_partial(error, output_dir, tmp, final, keep)
         raise
     if accelerator.is_main_process:
-        if final.exists():
-            shutil.rmtree(final)
+        replaced = root / f".tmp-{final.name}-replaced"  # a later timeline's checkpoint of this step: set aside
+        if final.exists():  # first, so that a crash in between leaves it, or this one, whole
+            shutil.rmtree(replaced, ignore_errors=True)
+            os.replace(final, replaced)
         os.replace(tmp, final)
+        shutil.rmtree(replaced, ignore_errors=True)
         # Pruned: the oldest beyond `keep` up to this step, and every later one (left by a timeline this resumed
         # run replaces: `--resume latest` must never go back to it). Renamed out of the list first, so a crash
         # while deleting leaves no half-deleted folder that counts as a checkpoint.
