@@ -69,6 +69,23 @@ def test_a_resume_with_another_process_count_is_refused_in_one_line(killed, tiny
     assert "trained by 2 process(es), this run has 1" in lines[0] and "--num_processes 2" in lines[0]
 
 
+def test_a_resume_where_auto_precision_resolves_otherwise_is_said_and_recorded(killed, tiny, tmp_path):
+    """`mixed_precision: auto` is bf16 on a CPU with native bf16 and fp32 elsewhere: a run moved between such
+    machines resumes (no explicit setting could match the saved `auto`), says so, and records the change."""
+    _, cut = killed
+    folder = tmp_path / "cut"
+    shutil.copytree(cut, folder)
+    state_file = folder / "checkpoints" / "checkpoint-2" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    here = state["precision"]  # recorded by the run: what auto resolved to on this machine
+    other = "no" if here == "bf16" else "bf16"
+    state_file.write_text(json.dumps({**state, "precision": other}))  # as the other kind of machine saves it
+    proc = run_subprocess(run_args(tiny, folder, **COMMON) + ["--resume", "latest"])
+    assert f"mixed_precision 'auto' is {here!r} on this machine, {other!r} where" in proc.stdout + proc.stderr
+    summary = json.loads((folder / "training_summary.json").read_text())
+    assert summary["setting_changes"] == [{"step": 2, "changed": {"precision": [other, here]}}]
+
+
 @pytest.mark.parametrize("edit", ["append", "touch"])
 def test_a_resume_reads_the_token_rows_it_started_with(edit, tiny, tmp_path):
     corpus = tmp_path / "corpus"

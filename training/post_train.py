@@ -35,9 +35,8 @@ The run, top to bottom (`run_post_training`), over a `RunState` that every check
 5. `write_outputs`: the `save_pretrained` model with its remote code, the tokenizer,
    `training_summary.json` (DEVELOPERS.md), `losses.jsonl` (loss per step) and TensorBoard logs.
 
-Streaming (`--streaming true`, Hub ids): only the first max_train_sentences + valid + test records
-are read and materialised once; the tokenised rows are memory-mapped Arrow files either way, so a
-4M-sentence corpus never has to fit in RAM.
+Streaming (`--streaming true`, Hub ids): only the first max_train_sentences + valid + test records are read
+and materialised once; tokenised rows are memory-mapped Arrow files either way (4M sentences need not fit in RAM).
 
 Optional auxiliary objective (off by default): word-order prediction (KoreALBERT's WOP), with
 `--wop-probability P`: a share P of the rows shuffles up to `wop_fraction` of the tokens of each
@@ -110,6 +109,7 @@ class RunState:
     phase_records: list[PhaseRecord] = field(default_factory=list)  # one per finished phase
     valid_history: list[dict] = field(default_factory=list)  # every evaluation on valid
     settings: dict | None = None  # the run's PostTrainConfig.to_dict(), checked when it is resumed
+    precision: str | None = None  # what mixed_precision resolved to (no | fp16 | bf16) where it last trained
     setting_changes: list[dict] = field(default_factory=list)  # allowed changes on resume (RunRecord)
     num_processes: int | None = None  # the processes that trained it: a checkpoint resumes with as many
     data_fingerprint: str | None = None  # its token rows and tokenizer (`rows_fingerprint`): a resume reads the same
@@ -196,7 +196,7 @@ def run_post_training(config: PostTrainConfig, on_step_end: Callable[[RunState],
         return RunRecord.read(output_dir)
     resume_from = resume_point(config, accelerator.print)
     state = RunState.from_checkpoint(resume_from) if resume_from else RunState()
-    check_resumed_settings(config, state, resume_from, accelerator.print, accelerator.num_processes)
+    check_resumed_settings(config, state, resume_from, accelerator.print, accelerator.num_processes, speed.mixed_precision)
     set_seed(config.seed)
     run = prepare_run(config, accelerator, speed, trackers, resume_from, state, clock)
     progress = tqdm(total=sum(p.steps for p in run.phases), initial=state.step,

@@ -150,9 +150,11 @@ def claim_output_dir(config: PostTrainConfig, accelerator: Accelerator) -> None:
     accelerator.wait_for_everyone()
 
 
-def check_resumed_settings(config: PostTrainConfig, state, resume_from: Path | None, log, world_size: int) -> None:
+def check_resumed_settings(config: PostTrainConfig, state, resume_from: Path | None, log, world_size: int,
+                           precision: str) -> None:
     """A resumed run must have the settings it was started with, except those that cannot change the
-    numbers (`training.config_checks.resume_changes`); those changes are recorded with the step they start after.
+    numbers (`training.config_checks.resume_changes`); those changes are recorded with the step they start after,
+    as is another `precision` (what `mixed_precision` resolved to) on another machine.
     It must also run as many processes: a checkpoint holds their wrapped model and random states."""
     trained_by = state.num_processes
     if resume_from is not None and trained_by not in (None, world_size):
@@ -171,7 +173,13 @@ def check_resumed_settings(config: PostTrainConfig, state, resume_from: Path | N
             state.setting_changes.append({"step": state.step, "changed": free})
             log("resumed with changed settings that do not change the weights: " + ", ".join(
                 f"{k} {old!r} -> {new!r}" for k, (old, new) in free.items()))
-    state.settings = now
+    # `mixed_precision: auto` resolves per machine (bf16 on a CPU with AVX512-BF16, fp32 on one without): refusing
+    # would leave no way to resume there (an explicit value differs from the saved `auto`), so it is said and recorded
+    if resume_from is not None and state.precision not in (None, precision):
+        state.setting_changes.append({"step": state.step, "changed": {"precision": [state.precision, precision]}})
+        log(f"note: mixed_precision {config.mixed_precision!r} is {precision!r} on this machine, {state.precision!r} "
+            f"where {resume_from} was trained: the remaining steps train in {precision!r}")
+    state.settings, state.precision = now, precision
 
 
 def resume_point(config: PostTrainConfig, log) -> Path | None:
