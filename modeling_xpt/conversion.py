@@ -342,12 +342,13 @@ def overlapping_tokens(target_tokenizer, source_tokenizer) -> list[tuple[int, li
     special = set(target_tokenizer.all_special_tokens)
     target_vocab = target_tokenizer.get_vocab()
     marks_word_starts = any(token.startswith("▁") for token in target_vocab)  # SentencePiece-style target
+    byte_level = _byte_level(source_vocab)  # there "x" is a piece inside a word, "Ġx" starts one
     for token, target_id in target_vocab.items():
         if target_id in pairs or token in special:
             continue
         bare = token.removeprefix("▁")
         if token.startswith("▁"):
-            candidates = [token, bare, "Ġ" + bare]
+            candidates = [token, "Ġ" + bare, bare] if byte_level else [token, bare, "Ġ" + bare]
         elif marks_word_starts:  # a piece inside a word: WordPiece's "##x" first ("x" alone starts a word there)
             candidates = ["##" + token, token]
         else:  # a WordPiece or byte-level target: the same string means the same piece
@@ -369,18 +370,34 @@ def special_token_pairs(target_tokenizer, source_tokenizer) -> dict[int, int]:
     return pairs
 
 
+def _byte_level(vocab: dict) -> bool:
+    """A byte-level BPE vocabulary (RoBERTa's): its word-start pieces carry "Ġ"."""
+    return any(token.startswith("Ġ") for token in vocab)
+
+
 def source_pieces(target_tokenizer, source_tokenizer) -> list[tuple[int, list[int]]]:
     """(target id, source ids) for FVT (Gee et al. 2022): each target token's text as the source
-    tokenizer spells it. Special tokens map by role; the source's unknown token is dropped from a
-    spelling, and a token spelt by nothing else keeps its random vector."""
+    tokenizer spells it in the same place in a word: a word-start piece ("▁x", "Ġx", WordPiece's "x") with
+    the space a byte-level source marks word starts by, a piece inside a word ("x", "##x") as a WordPiece
+    continuation where the source has it. Special tokens map by role; the source's unknown token is dropped
+    from a spelling, and a token spelt by nothing else keeps its random vector."""
     pairs = {t: [s] for t, s in special_token_pairs(target_tokenizer, source_tokenizer).items()}
     special = set(target_tokenizer.all_special_tokens)
     unknown = source_tokenizer.unk_token_id
-    for token, target_id in target_tokenizer.get_vocab().items():
+    target_vocab, source_vocab = target_tokenizer.get_vocab(), source_tokenizer.get_vocab()
+    marks = "▁" if any(t.startswith("▁") for t in target_vocab) else "Ġ" if _byte_level(target_vocab) else None
+    byte_level_source = _byte_level(source_vocab)
+    for token, target_id in target_vocab.items():
         if target_id in pairs or token in special:
             continue
+        starts_word = token.startswith(marks) if marks else not token.startswith("##")
         text = target_tokenizer.convert_tokens_to_string([token]).strip()
-        ids = [i for i in source_tokenizer(text, add_special_tokens=False)["input_ids"] if i != unknown]
+        spelt = source_tokenizer(" " + text if starts_word and byte_level_source else text, add_special_tokens=False)
+        ids = spelt["input_ids"]
+        if ids and not starts_word and not byte_level_source:  # WordPiece: the first piece continues a word
+            first = source_tokenizer.convert_ids_to_tokens(ids[0])
+            ids = [source_vocab.get("##" + first, ids[0]), *ids[1:]]
+        ids = [i for i in ids if i != unknown]
         if ids:
             pairs[target_id] = ids
     return sorted(pairs.items())

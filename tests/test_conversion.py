@@ -109,6 +109,42 @@ def test_overlap_matches_pieces_inside_a_word_to_wordpiece_continuations():
     assert pairs[ids("s")] == [src("##s")] and pairs[ids("▁s")] == [src("s")] and pairs[ids("▁x")] == [src("x")]
 
 
+def _byte_level_source():
+    """A byte-level BPE tokenizer as RoBERTa's: "hello" inside a word, "Ġhello" at a word start."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer, backend.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+    backend.train_from_iterator(["hello world hello there", "say hello to the world", "hellohello"] * 50,
+                                trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+                                                    initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", pad_token="<pad>", eos_token="</s>",
+                                   unk_token="<unk>", mask_token="<mask>")
+
+
+def test_word_start_pieces_match_word_start_pieces_of_a_byte_level_source():
+    """Against RoBERTa's byte-level vocabulary, "▁hello" (a SentencePiece word start) is "Ġhello", not the
+    piece inside a word "hello", for overlap and for FVT; against WordPiece a piece inside a word is "##x"."""
+    from modeling_xpt.conversion import overlapping_tokens, source_pieces
+
+    source = _byte_level_source()
+    src = source.get_vocab()
+    assert {"hello", "Ġhello"} <= set(src)
+    target = word_tokenizer("roberta", ["▁hello", "hello", "▁world"])
+    from tokenizers import decoders
+
+    target.backend_tokenizer.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first")  # as SentencePiece
+    ids = target.convert_tokens_to_ids
+    overlap, fvt = dict(overlapping_tokens(target, source)), dict(source_pieces(target, source))
+    assert overlap[ids("▁hello")] == [src["Ġhello"]] and overlap[ids("hello")] == [src["hello"]]
+    assert fvt[ids("▁hello")] == [src["Ġhello"]] and fvt[ids("hello")] == [src["hello"]]
+    assert fvt[ids("▁world")] == [src["Ġworld"]]
+    wordpiece, sentencepiece = word_tokenizer("bert", ["s", "##s", "x"]), word_tokenizer("bert", ["▁s", "s", "▁x"])
+    pieces = dict(source_pieces(sentencepiece, wordpiece))
+    assert pieces[sentencepiece.convert_tokens_to_ids("s")] == [wordpiece.convert_tokens_to_ids("##s")]  # inside a word
+
+
 def test_fvt_init_averages_the_source_pieces_of_each_token(source, tok, family):
     target = word_tokenizer(family, ["학교에 .", "학교에", "새단어"])  # 2 source pieces, 1 piece, none
     random_init = from_source(source, target).xpt.embeddings.target_embeddings.weight
