@@ -172,12 +172,18 @@ def to_stock(model: XPTForMaskedLM) -> PreTrainedModel:
     c = model.config
     if c.adapter_size:
         raise ValueError("An XPT model with bottleneck adapters has no stock equivalent (adapter_size > 0).")
+    if not c.tie_word_embeddings:
+        raise ValueError("Stock masked-LM classes tie the decoder to the word embeddings; this model's decoder is "
+                         "untied (tie_word_embeddings=False), so no stock model computes what it computes.")
     family = c.source_architecture or c.source_model_type
     if _SOURCE_LAYOUT[family][0] == "roberta" and c.position_offset != (c.pad_token_id or 0) + 1:
         raise ValueError(
             f"Stock RoBERTa numbers positions from pad_token_id + 1 = {(c.pad_token_id or 0) + 1}, but this model "
             f"uses position_offset={c.position_offset}; use a RoBERTa-family tokenizer (<pad> = 1)."
         )
+    if _SOURCE_LAYOUT[family][0] != "roberta" and c.position_offset != 0:
+        raise ValueError(f"Stock {family} numbers positions from 0, but this model uses position_offset="
+                         f"{c.position_offset} (RoBERTa's numbering).")
     stock_config_class, stock_class = _STOCK_CLASSES[family]
     extra = {"embedding_size": c.hidden_size} if family == "electra" else {}
     if family in _GELU_HEAD_FAMILIES and c.hidden_act != "gelu":
@@ -213,6 +219,9 @@ def to_stock(model: XPTForMaskedLM) -> PreTrainedModel:
         if parameter_group_of(name) in ("target_embeddings", "lm_head_bias"):
             tensor = tensor[: c.vocab_size]
         state[stock_parameter_name(name, family, **layout)] = tensor
+    if not c.type_vocab_size:  # no token types here; stock models add row 0 of their table: zeros change nothing
+        prefix = stock_parameter_name("xpt.embeddings.position_embeddings.weight", family).rsplit(".", 2)[0]
+        state[f"{prefix}.token_type_embeddings.weight"] = torch.zeros(1, c.hidden_size)
     missing, unexpected = stock.load_state_dict(state, strict=False)
     untied = [k for k in missing if not k.endswith(("decoder.weight", "decoder.bias", "generator_lm_head.weight"))]
     if untied or unexpected:

@@ -75,15 +75,15 @@ def eager_attention(module, query, key, value, attention_mask, dropout: float = 
     """dropout(softmax(Q K^T / sqrt(d_head) + mask)) V, written out as SDPA's math path computes it: scores,
     softmax and P V in fp32 (autocast off), the output cast back to the query's dtype. `query`, `key`,
     `value`: (batch, heads, length, d_head); `attention_mask`: boolean, True where attention is allowed.
-    Returns (output (batch, length, heads, d_head), probabilities before dropout, which `output_attentions`
-    reports), the pair transformers' `AttentionInterface` functions return."""
+    Returns (output (batch, length, heads, d_head), probabilities before dropout in the query's dtype, which
+    `output_attentions` reports), the pair transformers' `AttentionInterface` functions return."""
     with torch.autocast(query.device.type, enabled=False):
         scores = torch.matmul(query.float() * query.shape[-1] ** -0.5, key.float().transpose(-1, -2))
         if attention_mask is not None:
             scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
         probs = scores.softmax(dim=-1)
         output = torch.matmul(F.dropout(probs, p=dropout, training=dropout > 0), value.float())
-    return output.to(query.dtype).transpose(1, 2), probs
+    return output.to(query.dtype).transpose(1, 2), probs.to(query.dtype)
 
 
 def sdpa_attention(module, query, key, value, attention_mask, dropout: float = 0.0, **kwargs):
@@ -226,7 +226,7 @@ def expand_attention_mask(attention_mask: torch.Tensor | None) -> torch.Tensor |
 
     Accepts a (B, T) padding mask or a boolean (B, T, T) / (B, 1, T, T) block mask (packed sequences:
     each token attends within its own sequence); additive float masks are refused, not read backwards.
-    Every token may attend to itself, so a fully masked row never turns SDPA's softmax into NaN. An
+    In a block mask every token may attend to itself, so a row of padding never turns SDPA's softmax into NaN. An
     all-ones padding mask becomes None (outside `torch.compile`): SDPA then picks its fastest kernel.
     """
     if attention_mask is None:
@@ -290,7 +290,8 @@ class XPTPreTrainedModel(PreTrainedModel):
         if isinstance(getattr(self, "lm_head", None), XPTLMHead):
             bias = self.lm_head.bias.data[: min(old_vocab, new_num_tokens)]
             fill = float(bias.mean()) if mean_resizing else 0.0
-            self.lm_head.bias = nn.Parameter(torch.cat([bias, bias.new_full((len(embeddings.weight) - len(bias),), fill)]))
+            self.lm_head.bias = nn.Parameter(torch.cat([bias, bias.new_full((len(embeddings.weight) - len(bias),), fill)]),
+                                             requires_grad=self.lm_head.bias.requires_grad)
         return embeddings
 
 

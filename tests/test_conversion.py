@@ -201,6 +201,28 @@ def test_stock_export_gives_identical_logits(source, tok, family, itls, tmp_path
         torch.testing.assert_close(stock(**batch).logits[real], model(**batch).logits[real], atol=1e-5, rtol=0)
 
 
+def test_stock_export_refuses_what_no_stock_model_computes_and_exports_no_token_types_exactly(source, tok, family):
+    """An untied decoder, or RoBERTa's position numbering on a BERT layout, is refused (the export would be
+    another network); a model without token types exports with a zero token-type row, logits unchanged."""
+    from modeling_xpt import XPTConfig
+
+    base = from_source(source, tok).config.to_dict()
+    untied = XPTForMaskedLM(XPTConfig(**{**base, "tie_word_embeddings": False}))
+    with pytest.raises(ValueError, match="untied"):
+        to_stock(untied)
+    if family == "bert":
+        with pytest.raises(ValueError, match="position_offset=2"):
+            to_stock(XPTForMaskedLM(XPTConfig(**{**base, "position_offset": 2})))
+    torch.manual_seed(0)
+    no_types = XPTForMaskedLM(XPTConfig(**{**base, "type_vocab_size": 0})).eval()
+    batch = padded_batch(tok, TEXTS)
+    batch.pop("token_type_ids", None)
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        torch.testing.assert_close(to_stock(no_types)(**batch).logits[real], no_types(**batch).logits[real],
+                                   atol=1e-5, rtol=0)
+
+
 def test_cli_convert_then_export_stock(source, tok, tmp_path):
     source.save_pretrained(tmp_path / "src")
     tok.save_pretrained(tmp_path / "src")

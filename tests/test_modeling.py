@@ -96,6 +96,9 @@ def test_sdpa_equals_eager_and_attentions_are_returned(source, tok):
     probs = b.attentions[0]
     assert len(b.attentions) == sdpa.config.num_total_layers
     assert torch.all(probs[1, :, :, 8:] < 1e-6) and torch.allclose(probs.sum(-1), torch.ones(()))
+    with torch.no_grad():  # in the model's dtype, as the hidden states (stock models do the same)
+        half = eager.to(torch.bfloat16)(ids, attention_mask=mask, output_attentions=True, output_hidden_states=True)
+    assert half.attentions[0].dtype == half.hidden_states[-1].dtype == torch.bfloat16
 
 
 def test_padding_does_not_change_real_tokens(source, tok):
@@ -202,6 +205,7 @@ def test_resizing_the_vocabulary_keeps_the_mlm_head_and_the_saved_folder_loadabl
     model = from_source(source, tok).eval()
     old = model.config.vocab_size
     bias = model.lm_head.bias.detach().clone()
+    model.lm_head.bias.requires_grad_(False)  # frozen, as in a training phase that leaves it out: it stays frozen
     for new in (old + 30, old - 7):  # add tokens (`len(tokenizer)` after add_tokens), then drop some
         model.resize_token_embeddings(new)
         assert model.config.vocab_size == new and model.config.padded_vocab_size % 64 == 0
@@ -211,6 +215,7 @@ def test_resizing_the_vocabulary_keeps_the_mlm_head_and_the_saved_folder_loadabl
         with torch.no_grad():
             assert model(ids, labels=ids).logits.shape == (1, 4, new)
     torch.testing.assert_close(model.lm_head.bias[: old - 7], bias[: old - 7])  # kept for the surviving tokens
+    assert not model.lm_head.bias.requires_grad
     with torch.no_grad():  # trained rows far from the padding rows' random init
         model.get_input_embeddings().weight[: old - 7] += 5.0
     model.resize_token_embeddings(old - 5)  # two tokens added inside the padded rows: they start at the mean
