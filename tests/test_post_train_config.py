@@ -157,6 +157,8 @@ def test_malformed_yaml_is_one_line(tmp_path, capsys):
     (["--tokenizer-train-sentences", "0"], "tokenizer_train_sentences"),
     (["--language", "xx"], "language"),
     (["--min-script-share", "1.5"], "min_script_share"),
+    (["--method", "scratch", "--embedding-init", "fvt"], "embedding_init"),
+    (["--method", "adapters", "--itl-init", "copy"], "itl_init"),
     (["--random-replace-prob", "-0.1"], "random_replace_prob"),
     (["--wop-weight", "-3"], "wop_weight"),
     (["--seed", "-1"], "seed"),

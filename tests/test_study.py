@@ -121,10 +121,16 @@ def test_presets_load_and_plan(preset):
     from training.config import config_from_dict
     from training.config_checks import validate_config
 
-    for method in spec.methods:  # every run's post-training config is valid
-        raw = {**spec.post_training, "method": method, "source": spec.source, "data": "x", "tokenizer": "x",
-               "max_train_sentences": spec.sizes[0]}
-        validate_config(config_from_dict(raw), world_size=1, check_data=False)
+    import dataclasses
+
+    fvt = dataclasses.replace(spec, post_training={**spec.post_training, "embedding_init": "fvt", "itl_init": "copy"})
+    for method in spec.methods:  # every run's post-training config is valid, with initialisations from the source too
+        for settings in (spec, fvt):
+            raw = {**study.method_settings(settings, method), "method": method, "source": spec.source, "data": "x",
+                   "tokenizer": "x", "max_train_sentences": spec.sizes[0]}
+            validate_config(config_from_dict(raw), world_size=1, check_data=False)
+    assert "embedding_init" not in study.method_settings(fvt, "scratch")
+    assert study.method_settings(fvt, "xpt")["itl_init"] == "copy" and "itl_init" not in study.method_settings(fvt, "adapters")
     assert "post-training runs" in study.plan(spec)  # load_spec passed every task's fine-tuning options
 
 

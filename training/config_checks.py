@@ -71,6 +71,12 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
         raise ConfigError("output_bias_init", f"{c.output_bias_init!r}: use 'zeros' or 'unigram'")
     if c.itl_init not in ("random", "copy"):
         raise ConfigError("itl_init", f"{c.itl_init!r}: use 'random' or 'copy'")
+    if method.scratch and c.embedding_init != "random":
+        raise ConfigError("embedding_init", f"{c.embedding_init!r} copies from the English model, which method "
+                                            "'scratch' does not use: leave embedding_init random")
+    if c.itl_init != "random" and (method.scratch or not method.itl):
+        raise ConfigError("itl_init", f"{c.itl_init!r}, but method {c.method!r} has no ITLs copied from the English "
+                                      "model: leave itl_init random")
     if method.adapters and c.adapter_size <= 0:
         raise ConfigError("adapter_size", f"must be > 0 for method {c.method!r}")
     if c.mixed_precision not in MIXED_PRECISION:

@@ -144,6 +144,19 @@ def run_name(method: str, size: int) -> str:
     return f"{method}-{size}"
 
 
+def method_settings(spec: StudySpec, method: str) -> dict[str, Any]:
+    """The spec's post-training settings for `method`, less the initialisations it has nothing to copy for
+    (a spec's `embedding_init: fvt` is for the methods that reuse the English model, not for scratch)."""
+    from training.methods import METHODS
+
+    entry, settings = METHODS[method], dict(spec.post_training)
+    if entry.scratch:
+        settings.pop("embedding_init", None)
+    if entry.scratch or not entry.itl:
+        settings.pop("itl_init", None)
+    return settings
+
+
 def stage_post_train(spec: StudySpec, out: Path, data: Path, tokenizer: Path, method: str, size: int) -> Path:
     from training.config import config_from_dict
     from training.post_train import train
@@ -154,7 +167,7 @@ def stage_post_train(spec: StudySpec, out: Path, data: Path, tokenizer: Path, me
     tmp = out / "models" / f".tmp-{run_name(method, size)}"
     tmp.parent.mkdir(parents=True, exist_ok=True)
     resume = (tmp / "checkpoints").is_dir() and any((tmp / "checkpoints").iterdir())
-    raw = {"report_to": [], "cache_dir": str(out / ".cache"), **spec.post_training,
+    raw = {"report_to": [], "cache_dir": str(out / ".cache"), **method_settings(spec, method),
            "method": method, "source": resolve_relative(spec.source), "tokenizer": str(tokenizer),
            "data": str(data), "max_train_sentences": size, "output_dir": str(tmp),
            "resume": "latest" if resume else None, "overwrite_output_dir": True}
