@@ -120,6 +120,13 @@ def test_results_of_other_recipes_are_labelled_apart_and_interrupted_runs_named(
     assert f"{tmp_path / 'in' / 'cut'}: 1 seed(s) finished but no results.json" in capsys.readouterr().err
     with pytest.raises(compare.CompareError, match=r"no fine-tuning results.json .*\(only interrupted runs\)"):
         compare.find_results([str(tmp_path / "in" / "cut")])
+    # a model folder an earlier run saved, beside the results of a later run that saved none: counted once
+    (tmp_path / "in" / "a" / "model").mkdir()
+    (tmp_path / "in" / "a" / "model" / "results.json").write_text(json.dumps(base))
+    saved_none = {k: v for k, v in base.items() if k != "saved_model"}
+    (tmp_path / "in" / "a" / "results.json").write_text(json.dumps(saved_none))
+    found = compare.find_results([str(tmp_path / "in" / "a")])
+    assert found == [tmp_path / "in" / "a" / "results.json"]
 
 
 def test_models_of_one_label_at_one_size_are_separate_plot_lines(monkeypatch, tmp_path):

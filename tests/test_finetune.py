@@ -1232,6 +1232,29 @@ def test_the_saved_model_is_not_a_diverged_first_seed(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "out" / "results.json").read_text())["saved_model"]["seed"] == 1
 
 
+def test_a_rerun_cut_short_leaves_no_results_of_the_earlier_run_beside_its_own_seeds(tmp_path, monkeypatch):
+    """The same command again, killed after its first seed: the earlier results.json is gone (it no longer
+    describes the seed records), so the folder reads as an interrupted run, not as finished."""
+    from training import compare
+
+    args = ["--model", str(stock_model_dir(tmp_path / "m")), "--task", "nsmc", "--data-dir",
+            str(toy_sentiment_dir(tmp_path / "data")), "--output-dir", str(tmp_path / "out"), *quick("--seeds", 2)]
+    assert finetune.main(args) == 0 and (tmp_path / "out" / "results.json").is_file()
+    train_one_seed, calls = finetune.train_one_seed, []
+
+    def killed_after_one(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return train_one_seed(*a, **k)
+
+    monkeypatch.setattr(finetune, "train_one_seed", killed_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        finetune.main(args)
+    assert not (tmp_path / "out" / "results.json").exists()
+    assert compare.interrupted_runs(tmp_path / "out") == [(tmp_path / "out", 2)]
+
+
 def test_a_task_file_saved_with_a_byte_order_mark_reads_its_header(tmp_path):
     from training.tasks import _read_table
 

@@ -31,6 +31,7 @@ from collections import defaultdict
 from typing import Any
 
 from tokenization.errors import UserError, report_error
+from training.finetuned_model import ADAPTER_DIR, MODEL_DIR
 from training.run_record import RESULTS_FILE
 
 REQUIRED = ("task", "metric")
@@ -45,15 +46,9 @@ class CompareError(UserError):
 
 def saved_model_copy(path: Path) -> bool:
     """`path` is the copy of a run's results.json that finetune.py put in the model or adapter folder it
-    saved (OUT/model/results.json beside OUT/results.json): the run is counted once, from OUT."""
-    run = path.parent.parent / RESULTS_FILE
-    if not run.is_file():
-        return False
-    try:
-        folders = (json.loads(run.read_text(encoding="utf-8")).get("saved_model") or {}).get("folders") or {}
-    except (json.JSONDecodeError, AttributeError):
-        return False
-    return path.parent.name in set(folders.values())
+    saved (OUT/model/results.json beside OUT/results.json): the run is counted once, from OUT. A model
+    folder left by an earlier run in OUT (a later one saved none) is not counted either."""
+    return path.parent.name in (MODEL_DIR, ADAPTER_DIR) and (path.parent.parent / RESULTS_FILE).is_file()
 
 
 def names_a_task(path: Path) -> bool:

@@ -418,6 +418,7 @@ def fine_tune(args) -> dict[str, Any]:
     features = build_features(spec, splits, tokenizer, max_length, args.doc_stride, config, args.pair_encoding)
     (out_dir / "runs").mkdir(parents=True, exist_ok=True)
     remove_stale(out_dir)
+    (out_dir / RESULTS_FILE).unlink(missing_ok=True)  # an earlier run's: this run, if cut short, reads as interrupted
     runs, kept = [], None  # kept: (run record, model) of the best dev score so far
     import transformers
 
