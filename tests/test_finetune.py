@@ -198,6 +198,12 @@ def test_user_defined_task_from_cli_flags_and_json(tmp_path):
     assert spec_from_cli("ignored", task_spec=str(path)).name == "x"
     with pytest.raises(TaskDataError, match="unknown field"):
         TaskSpec.from_dict({"name": "x", "task_type": "single", "text_columns": ["t"], "colums": 1})
+    # a registered task with another headline metric still reports its own; with another type, none of its metrics
+    pearson = spec_from_cli("korsts", metric="pearson")
+    assert (pearson.metric, pearson.extra_metrics) == ("pearson", ["spearman"])
+    assert spec_from_cli("klue-ynat", metric="accuracy").extra_metrics == ["f1_macro"]
+    as_pairs = spec_from_cli("korsts", task_type="pair", labels="0,1")
+    assert (as_pairs.metric, as_pairs.extra_metrics) == ("accuracy", [])
     with pytest.raises(TaskDataError, match="unknown task"):
         spec_from_cli("no-such-task")
     # a registered task overridden: the JSON's fields over the registry's, the flags over both

@@ -192,9 +192,14 @@ def spec_from_cli(name: str, task_spec: str | None = None, task_type: str | None
     if name in REGISTRY and "task_type" not in data:
         if not new:
             return get_task(name)
-        merged = {**REGISTRY[name].to_dict(), **new}
-        if "task_type" in new and "metric" not in new:
-            merged["metric"] = DEFAULT_METRIC[new["task_type"]]
+        registered = REGISTRY[name].to_dict()
+        merged = {**registered, **new}
+        if "task_type" in new and new["task_type"] != registered["task_type"]:  # its metrics fit the old type
+            merged["metric"] = new.get("metric") or DEFAULT_METRIC[new["task_type"]]
+            merged["extra_metrics"] = new.get("extra_metrics", [])
+        elif merged["metric"] != registered["metric"] and "extra_metrics" not in new:  # the registered one stays
+            merged["extra_metrics"] = [m for m in [registered["metric"], *registered["extra_metrics"]]
+                                       if m != merged["metric"]]
         return TaskSpec.from_dict(merged)
     if not data and not task_type:
         get_task(name)  # raises with the list of tasks
