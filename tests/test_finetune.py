@@ -853,8 +853,8 @@ def bad_input_case(case: str, tmp_path: Path) -> list[str]:
         write_tsv(data / "train.tsv", ["sentence1", "sentence2", "score"], [["나는", "간다", "7.5"]])
         write_tsv(data / "dev.tsv", ["sentence1", "sentence2", "score"], [["나는", "간다", "2"]])
         task = ["--task", "korsts"]
-    elif case == "pooling on a stock model":
-        task += ["--pooling", "mean"]
+    elif case == "pooling on a stock model":  # with the probes, which run first: refused before them
+        task += ["--pooling", "mean", "--mode", "both"]
     elif case == "no data dir or hub":
         return ["--model", str(model), "--task", "kqp", "--output-dir", str(tmp_path / "out"), *quick()]
     elif case == "merge without lora":
@@ -942,6 +942,8 @@ def test_bad_input_fails_early_with_one_line(case, tmp_path, capsys, monkeypatch
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and BAD_INPUT[case] in err[0], err
     assert not (tmp_path / "out" / "results.json").exists()
+    if case == "pooling on a stock model":
+        assert not (tmp_path / "out").exists()  # nothing ran
 
 
 def test_max_grad_norm_zero_trains_without_clipping(tmp_path):

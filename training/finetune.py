@@ -61,7 +61,7 @@ from training.inputs import recorded_ref
 from training.publishing import publisher, retry_command
 from training.run_record import RESULTS_FILE, RecordError, RunRecord
 from training.task_encoding import MODEL_INPUTS, build_features, collate, score
-from training.task_model import apply_lora, load_model, load_tokenizer_and_config, max_input_length
+from training.task_model import apply_lora, check_pooling, load_model, load_tokenizer_and_config, max_input_length
 from training.tasks import TaskDataError, TaskSpec, load_task_data, spec_from_cli
 
 
@@ -401,6 +401,8 @@ def fine_tune(args) -> dict[str, Any]:
     splits = load_task_data(spec, args.data_dir, args.max_train_samples, args.max_eval_samples, args.data_seed,
                             args.hold_out_test, args.hold_out_dev)
     tokenizer, config = load_tokenizer_and_config(args.model, spec, args.trust_remote_code)
+    if args.mode != "probe":  # before the probes, which run first
+        check_pooling(args.model, config, args.pooling)
     post_training = post_training_info(args.model, args.post_training_method, args.post_training_sentences)
     check_publishable(args, spec, config, post_training)
     max_length = max_input_length(args.max_length, tokenizer, config)

@@ -105,6 +105,13 @@ def max_input_length(requested: int, tokenizer, config) -> int:
     return limit
 
 
+def check_pooling(model: str, config, pooling: str | None) -> None:
+    """--pooling chooses the pooling of XPT's task heads; other models have their own."""
+    if pooling and getattr(config, "model_type", None) != "xpt":
+        raise TaskDataError(f"--pooling applies to XPT models; {model} is a {config.model_type!r} model "
+                            "(leave --pooling out to use its own head)")
+
+
 def load_model(model: str, spec: TaskSpec, config, labels: list[str] | None, pooling: str | None = None,
                trust_remote_code: bool = False):
     import transformers
@@ -112,9 +119,7 @@ def load_model(model: str, spec: TaskSpec, config, labels: list[str] | None, poo
     auto_cls = getattr(transformers, HEAD_CLASSES[spec.task_type])
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
     if pooling:
-        if getattr(config, "model_type", None) != "xpt":
-            raise TaskDataError(f"--pooling applies to XPT models; {model} is a {config.model_type!r} model "
-                                "(leave --pooling out to use its own head)")
+        check_pooling(model, config, pooling)
         kwargs["classifier_pooling"] = pooling
     if spec.task_type == "regression":  # the one output is named after the score column
         kwargs.update(num_labels=1, problem_type="regression", id2label={0: spec.label_column},
