@@ -838,6 +838,7 @@ def bad_input_case(case: str, tmp_path: Path) -> list[str]:
         rows = sentiment_rows(16, 1)
         rows[3][2] = 7
         write_tsv(data / "dev.tsv", ["id", "document", "label"], rows)
+        task += ["--hold-out-dev", "4", "--max-eval-samples", "2"]  # named as read, though dev becomes test, cut to 2
     elif case == "empty split":
         write_tsv(data / "dev.tsv", ["id", "document", "label"], [])
     elif case == "no head for the task type":

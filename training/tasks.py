@@ -373,6 +373,7 @@ def load_task_data(spec: TaskSpec, data_dir: str | Path | None, max_train_sample
     if spec.task_type in ("single", "pair") and spec.labels is None:  # train's and dev's labels, before any sample
         found = {str(row.get(spec.label_column)) for split in ("train", "dev") for row in splits.get(split, [])}
         spec.labels = sorted(found - {"None"}) or None
+    validate(spec, splits)  # as read: an error names the file's split and the row's place in it
     held, into = (hold_out_dev, "dev") if hold_out_dev else (hold_out_test, "test")
     if held:
         if hold_out_test and hold_out_dev:
@@ -392,7 +393,7 @@ def load_task_data(spec: TaskSpec, data_dir: str | Path | None, max_train_sample
             rows = splits[split][:]
             random.Random(data_seed).shuffle(rows)
             splits[split] = rows[:limit]
-    validate(spec, splits)
+    validate(spec, splits)  # no split emptied by the hold-out or the subsample
     return splits
 
 
