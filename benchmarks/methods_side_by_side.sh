@@ -34,7 +34,9 @@ finetune() {  # finetune NAME TASK [--floor]
   OMP_NUM_THREADS=2 $PY training/finetune.py --model "$R/pt-$name" --task "$task" --data-dir "$TASKS/$task" \
     $recipe --batch-size 32 --max-length 64 --mode both ${3:-} --seeds 3 --save-model none --no-progress \
     --output-dir "$R/ft-$name-$task" ${FT_EXTRA:-} > "$R/ft-$name-$task.log" 2>&1
-  echo "$(date +%T) fine-tuned $name on $task: exit $?"
+  local rc=$?
+  echo "$(date +%T) fine-tuned $name on $task: exit $rc"
+  return $rc
 }
 
 one_run() {  # one_run RUN [--floor]
@@ -49,14 +51,18 @@ one_run() {  # one_run RUN [--floor]
     --output-dir "$R/pt-$name" ${PT_EXTRA:-} > "$R/pt-$name.log" 2>&1
   local rc=$?
   echo "$(date +%T) post-trained $name: exit $rc"
-  [ $rc = 0 ] || return
-  finetune "$name" nsmc ${2:-} &
-  finetune "$name" korsts ${2:-} &
-  wait
+  [ $rc = 0 ] || return $rc
+  finetune "$name" nsmc ${2:-} & local nsmc=$!
+  finetune "$name" korsts ${2:-} & local korsts=$!
+  wait $nsmc; local a=$?
+  wait $korsts; local b=$?
+  return $((a || b))
 }
 
 echo "$(date +%T) start: $RUNS, $STEPS steps (phase 1: $P1)"
-floor=--floor
-for run in $RUNS; do one_run "$run" $floor & floor=""; done
-wait
-echo "$(date +%T) done"
+floor=--floor; pids=""
+for run in $RUNS; do one_run "$run" $floor & pids="$pids $!"; floor=""; done
+failed=0
+for pid in $pids; do wait "$pid" || failed=1; done
+echo "$(date +%T) done$([ $failed = 0 ] || echo ': some runs failed, see their logs')"
+exit $failed

@@ -600,6 +600,12 @@ def peak_memory(device: str, usage) -> int:
     return torch.cuda.max_memory_allocated() if device == "cuda" else usage.ru_maxrss * 1024
 
 
+def completed_medians(runs) -> dict[str, float]:
+    """Median tokens/s of each path that ran every round: one that failed in some round is no comparison (its
+    finished rounds were not balanced by the rotation), so no ratio or last line is computed from it."""
+    return {r.path.name: statistics.median(r.tokens_per_s) for r in runs if r.tokens_per_s and not r.error}
+
+
 @dataclass
 class PathRun:
     """The parent's view of one path's process and what it measured."""
@@ -730,7 +736,7 @@ def main(argv=None) -> int:
           f"| compiled while timed | page faults per step | kernel CPU s per step | {memory_kind} GiB "
           "| ratio to stock-eager |")
     print("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    med = {r.path.name: statistics.median(r.tokens_per_s) for r in runs if r.tokens_per_s}
+    med = completed_medians(runs)
     base = med.get("stock-eager")
     results = []
     for run in runs:
@@ -762,7 +768,7 @@ def main(argv=None) -> int:
                                                "results": results}, indent=2))
     xpt = med.get("xpt")
     eager, stock_best = med.get("stock-eager"), med.get("stock-best")
-    xpt_mfu = next((statistics.median(r.mfu) for r in runs if r.path.name == "xpt" and r.mfu), None)
+    xpt_mfu = next((statistics.median(r.mfu) for r in runs if r.path.name == "xpt" and r.mfu and not r.error), None)
     if xpt and med.get("stock-best-retained"):
         print(f"# xpt / stock-best-retained = {xpt / med['stock-best-retained']:.2f}")
     fmt = lambda v: f"{v:.2f}" if v is not None else "n/a"  # noqa: E731

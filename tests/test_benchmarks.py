@@ -391,3 +391,25 @@ def test_a_row_longer_than_the_models_positions_is_refused_before_any_work():
                           timeout=300)
     assert proc.returncode == 1 and "--seq-len 512 is longer than the 128 positions of --size tiny" in proc.stderr
     assert "built" not in proc.stdout  # no path was started
+
+
+def test_methods_side_by_side_reports_a_failed_fine_tuning_and_exits_non_zero(tmp_path):
+    """The script's per-run lines carry each command's own exit status, and the script fails when any run did
+    (an interpreter stand-in: post-training succeeds, KorSTS fine-tuning fails with status 3)."""
+    fake = tmp_path / "python"
+    fake.write_text('#!/bin/sh\ncase "$*" in *finetune.py*korsts*) exit 3;; esac\nexit 0\n')
+    fake.chmod(0o755)
+    proc = subprocess.run(["bash", str(REPO_ROOT / "benchmarks" / "methods_side_by_side.sh"), str(tmp_path / "r"), "10"],
+                          cwd=REPO_ROOT, env={**os.environ, "PY": str(fake), "RUNS": "xpt scratch"},
+                          capture_output=True, text=True, timeout=60)
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert sum("fine-tuned" in line and "on korsts: exit 3" in line for line in lines) == 2
+    assert sum("on nsmc: exit 0" in line for line in lines) == 2 and "some runs failed" in lines[-1]
+
+
+def test_a_path_that_failed_in_some_round_gives_no_ratio():
+    table = tp.path_table(tp.resolve_speed(tp.PostTrainConfig(), "cpu"))
+    done = tp.PathRun(table["stock-eager"], None, None, tokens_per_s=[100.0, 120.0, 110.0])
+    cut = tp.PathRun(table["xpt"], None, None, tokens_per_s=[300.0, 320.0], error="RuntimeError: killed in round 3")
+    assert tp.completed_medians([done, cut]) == {"stock-eager": 110.0}
