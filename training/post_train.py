@@ -484,8 +484,8 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(argv)
         if config.dry_run:
             dry_run(config)
-            return 0
-        train(config)
+        else:
+            train(config)
     except UserError as error:
         return report_error(error)
     finally:
