@@ -181,8 +181,7 @@ def train(config: PostTrainConfig, on_step_end: Callable[[RunState], None] | Non
         refusal = ConfigError("output_dir", str(error))
     except DiskFull as error:  # a checkpoint on a full disk: the setting is fine, the space is not
         refusal = UserError(str(error))
-    # raised once the error (and with it the run's frames and open progress bar) is released, so that the
-    # bar ends its line before the message is printed
+    # raised once the error (with the run's frames and open progress bar) is released: the bar ends its line first
     raise refusal
 
 
