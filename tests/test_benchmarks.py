@@ -32,8 +32,11 @@ def test_cli_tiny_cpu_smoke(tmp_path):
            "--steps-per-round", "1", "--warmup", "1", "--num-texts", "400", "--compile", "false",
            "--paths", "stock-eager", "stock-best", "stock-padded", "xpt", "xpt-eager", "xpt-sdpa", "--json", str(out),
            "--profile", "1"]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    (tmp_path / "tmp").mkdir()
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TMPDIR": str(tmp_path / "tmp")})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not list((tmp_path / "tmp").glob("xpt-throughput-*"))  # its working folder is removed at exit
     lines = proc.stdout.strip().splitlines()
     rows = {m["path"]: m for m in map(ROW.match, lines) if m}
     assert sorted(rows) == ["stock-best", "stock-eager", "stock-padded", "xpt", "xpt-eager", "xpt-sdpa"], proc.stdout
