@@ -127,6 +127,12 @@ def test_results_of_other_recipes_are_labelled_apart_and_interrupted_runs_named(
     (tmp_path / "in" / "a" / "results.json").write_text(json.dumps(saved_none))
     found = compare.find_results([str(tmp_path / "in" / "a")])
     assert found == [tmp_path / "in" / "a" / "results.json"]
+    # a rerun cut short there (its seed records, no results.json yet): the old model's copy is not a result either
+    (tmp_path / "in" / "a" / "results.json").unlink()
+    (tmp_path / "in" / "a" / "runs").mkdir()
+    (tmp_path / "in" / "a" / "runs" / "seed_0.json").write_text(json.dumps({"seed": 0, "dev": 50.0, "test": 50.0}))
+    with pytest.raises(compare.CompareError, match=r"\(only interrupted runs\)"):
+        compare.find_results([str(tmp_path / "in" / "a")])
 
 
 def test_models_of_one_label_at_one_size_are_separate_plot_lines(monkeypatch, tmp_path):

@@ -77,6 +77,18 @@ def test_a_local_folder_in_the_hubs_layout_keeps_its_test_split(tmp_path):
         (no_train / name).write_text("\n".join(f"{name} {i}" for i in range(n)) + "\n")
     with pytest.raises(ValueError, match=r"held-out split files \(dev.txt, test.txt\) but no train file.*train.txt"):
         load_text_splits(str(no_train), valid_size=2, test_size=2, cache_dir=str(tmp_path / ".hf4"))
+    named = tmp_path / "named"  # train_part1.txt beside test.txt: the Hub's patterns split it; stray files are no text
+    named.mkdir()
+    for name, n in (("train_part1.txt", 40), ("test.txt", 5)):
+        (named / name).write_text("\n".join(f"{name} {i}" for i in range(n)) + "\n")
+    assert {k: len(v) for k, v in load_text_splits(str(named), valid_size=2,
+                                                   cache_dir=str(tmp_path / ".hf5")).items()} == {"test": 5, "valid": 2, "train": 38}
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    (stray / "corpus.txt").write_text("\n".join(f"문장 {i}" for i in range(40)) + "\n")
+    (stray / "test.log").write_text("not text to train on\n")
+    assert sum(len(v) for v in load_text_splits(str(stray), valid_size=2, test_size=2,
+                                                cache_dir=str(tmp_path / ".hf6")).values()) == 40
     plain = tmp_path / "plain"
     (plain / ".ipynb_checkpoints").mkdir(parents=True)
     (plain / "a.txt").write_text("\n".join(f"문장 {i}" for i in range(30)) + "\n")

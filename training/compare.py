@@ -47,8 +47,11 @@ class CompareError(UserError):
 def saved_model_copy(path: Path) -> bool:
     """`path` is the copy of a run's results.json that finetune.py put in the model or adapter folder it
     saved (OUT/model/results.json beside OUT/results.json): the run is counted once, from OUT. A model
-    folder left by an earlier run in OUT (a later one saved none) is not counted either."""
-    return path.parent.name in (MODEL_DIR, ADAPTER_DIR) and (path.parent.parent / RESULTS_FILE).is_file()
+    folder left by an earlier run in OUT is not counted either, whether the later run saved none or was
+    cut short (OUT then holds its seed records and no results.json)."""
+    run = path.parent.parent
+    return path.parent.name in (MODEL_DIR, ADAPTER_DIR) and (
+        (run / RESULTS_FILE).is_file() or any((run / "runs").glob("seed_*.json")))
 
 
 def names_a_task(path: Path) -> bool:

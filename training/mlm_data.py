@@ -259,16 +259,17 @@ def load_text_splits(data: str, *, text_column: str = "text", valid_size: int = 
                         splits[split] = _load_files(files, text_column, cache_dir)
                 corpus = splits.pop("train")
             else:
-                held_out = [f.name for p in sub.values() if p is not None
-                            for f in ([p] if p.exists() else sorted(local.glob(f"{p.name}.*")))]
-                if held_out:  # read as one corpus, these held-out texts would be trained on
-                    raise ValueError(f"{local} has held-out split files ({', '.join(held_out)}) but no train file: "
-                                     "name the training text train.txt (or train.*.txt, or a train/ folder), or move "
-                                     "the held-out files out of the folder to hold out from the whole corpus")
                 files = _data_files(local)
                 # split files in the Hub's layout (data/train-00000-of-00001.parquet, data/test-...), found as
                 # `datasets.load_dataset(folder)` finds them: its test files are not train text
                 found = _hub_layout_splits(local, files) if local.is_dir() else None
+                held_out = [f.name for p in sub.values() if p is not None and found is None
+                            for f in ([p] if p.exists() else sorted(local.glob(f"{p.name}.*")))
+                            if f.is_dir() or _builder(f)]
+                if held_out:  # read as one corpus, these held-out texts would be trained on
+                    raise ValueError(f"{local} has held-out split files ({', '.join(held_out)}) but no train file: "
+                                     "name the training text train.txt (or train.*.txt, or a train/ folder), or move "
+                                     "the held-out files out of the folder to hold out from the whole corpus")
                 for split, split_files in (found or {"train": files}).items():
                     splits[split] = _load_files(split_files, text_column, cache_dir)
                 corpus = splits.pop("train")
