@@ -351,7 +351,7 @@ def overlapping_tokens(target_tokenizer, source_tokenizer) -> list[tuple[int, li
     special = set(target_tokenizer.all_special_tokens)
     target_vocab = target_tokenizer.get_vocab()
     marks_word_starts = any(token.startswith("▁") for token in target_vocab)  # SentencePiece-style target
-    byte_level = _byte_level(source_vocab)  # there "x" is a piece inside a word, "Ġx" starts one
+    byte_level = _byte_level(source_tokenizer)  # there "x" is a piece inside a word, "Ġx" starts one
     for token, target_id in target_vocab.items():
         if target_id in pairs or token in special:
             continue
@@ -379,9 +379,13 @@ def special_token_pairs(target_tokenizer, source_tokenizer) -> dict[int, int]:
     return pairs
 
 
-def _byte_level(vocab: dict) -> bool:
-    """A byte-level BPE vocabulary (RoBERTa's): its word-start pieces carry "Ġ"."""
-    return any(token.startswith("Ġ") for token in vocab)
+def _byte_level(tokenizer) -> bool:
+    """A byte-level BPE tokenizer (RoBERTa's), whose word-start pieces carry "Ġ": read from its pipeline (a
+    WordPiece vocabulary may hold "Ġ" as a letter); from the vocabulary only for a tokenizer without one."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        return '"ByteLevel"' in backend.to_str()
+    return any(token.startswith("Ġ") for token in tokenizer.get_vocab())
 
 
 def source_pieces(target_tokenizer, source_tokenizer) -> list[tuple[int, list[int]]]:
@@ -394,13 +398,14 @@ def source_pieces(target_tokenizer, source_tokenizer) -> list[tuple[int, list[in
     special = set(target_tokenizer.all_special_tokens)
     unknown = source_tokenizer.unk_token_id
     target_vocab, source_vocab = target_tokenizer.get_vocab(), source_tokenizer.get_vocab()
-    marks = "▁" if any(t.startswith("▁") for t in target_vocab) else "Ġ" if _byte_level(target_vocab) else None
-    byte_level_source = _byte_level(source_vocab)
+    marks = "▁" if any(t.startswith("▁") for t in target_vocab) else "Ġ" if _byte_level(target_tokenizer) else None
+    byte_level_source = _byte_level(source_tokenizer)
     for token, target_id in target_vocab.items():
         if target_id in pairs or token in special:
             continue
         starts_word = token.startswith(marks) if marks else not token.startswith("##")
-        text = target_tokenizer.convert_tokens_to_string([token]).strip()
+        # the piece's text (a WordPiece target's "##x" alone decodes as "##x": its text is "x")
+        text = (target_tokenizer.convert_tokens_to_string([token]) if marks else token.removeprefix("##")).strip()
         spelt = source_tokenizer(" " + text if starts_word and byte_level_source else text, add_special_tokens=False)
         ids = spelt["input_ids"]
         if ids and not starts_word and not byte_level_source:  # WordPiece: the first piece continues a word

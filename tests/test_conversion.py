@@ -143,6 +143,21 @@ def test_word_start_pieces_match_word_start_pieces_of_a_byte_level_source():
     wordpiece, sentencepiece = word_tokenizer("bert", ["s", "##s", "x"]), word_tokenizer("bert", ["▁s", "s", "▁x"])
     pieces = dict(source_pieces(sentencepiece, wordpiece))
     assert pieces[sentencepiece.convert_tokens_to_ids("s")] == [wordpiece.convert_tokens_to_ids("##s")]  # inside a word
+    # WordPiece to WordPiece: "##ab" is "ab" continuing a word (decoded alone it reads "##ab", split at the #s)
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from tests.model_factories import SPECIALS
+
+    def real_wordpiece(words):
+        vocab = {t: i for i, t in enumerate([*SPECIALS["bert"].values(), "#", *words])}
+        backend = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+        backend.pre_tokenizer, backend.decoder = pre_tokenizers.BertPreTokenizer(), decoders.WordPiece()
+        return PreTrainedTokenizerFast(tokenizer_object=backend, **SPECIALS["bert"])
+
+    target, source = real_wordpiece(["ab", "##s", "##ab"]), real_wordpiece(["s", "##s", "ab", "##ab"])
+    pieces, ids, src = dict(source_pieces(target, source)), target.convert_tokens_to_ids, source.convert_tokens_to_ids
+    assert (pieces[ids("##s")], pieces[ids("##ab")], pieces[ids("ab")]) == ([src("##s")], [src("##ab")], [src("ab")])
 
 
 def test_fvt_init_averages_the_source_pieces_of_each_token(source, tok, family):
