@@ -14,8 +14,10 @@ milliseconds and real tokens/s per variant (median and min-max over rounds) and 
 from __future__ import annotations
 
 import argparse
+import atexit
 import copy
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -121,6 +123,7 @@ def main(argv=None) -> int:
     retained = best.retain_memory and retain_freed_memory()
     accelerator = Accelerator(mixed_precision=best.mixed_precision, cpu=True)
     workdir = Path(tempfile.mkdtemp(prefix="xpt-dropout-"))
+    atexit.register(shutil.rmtree, workdir, True)  # the source, tokenizer and rows built for this run
     texts, _ = tp.read_texts(args.data, args.num_texts)
     source = tp.source_for(a.size, workdir)
     tokenizer, _ = tp.load_tokenizer(args, texts, source_family(source) or "bert", workdir)

@@ -679,7 +679,7 @@ def main(argv=None) -> int:
     peak_shapes = [(2048, 2048, 2048), (args.batch_size * args.seq_len, source_cfg.hidden_size,
                                         source_cfg.intermediate_size)]
     device = torch.device(args.device)
-    set_tf32(args.device)  # the peak is measured here, with the precision settings the paths run with
+    # the peak is measured here, in `xpt`'s dtype and as it runs it (no TF32: that is the stock paths' setting)
 
     # Each path in its own process, started one after the other and then idle while another runs: a
     # process-wide setting (the CPU allocator, `retain_freed_memory`) applies to its path alone, and no

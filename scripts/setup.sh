@@ -13,7 +13,8 @@ PY=${PYTHON:-python3}
 STAMP=.venv/.xpt-setup
 WANT="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1) $PWD"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] \
-    && .venv/bin/python -c "import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, ['torch', \
+    && [ -x .venv/bin/xpt-post-train ] \
+    && .venv/bin/python -I -c "import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, ['torch', \
        'transformers', 'konlpy', 'modeling_xpt', 'training', 'tokenization', 'cards'])))" 2>/dev/null; then
   exit 0
 fi
