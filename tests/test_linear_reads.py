@@ -165,6 +165,14 @@ def test_learning_curve_probes_every_checkpoint_with_its_own_weights(tiny, tmp_p
     direct = linear_reads.probe(run, get_task("nsmc"), load_task_data(get_task("nsmc"), task_dir), 16)
     assert direct["mean"]["dev"] == curve["points"][-1]["probe"]["nsmc"]["mean"]["dev"]
     assert "| 6 |" in lc.table(curve)
+    # a run with word-order prediction: its checkpoints hold the WOP head beside the model, which is left out
+    wop = tmp_path / "wop"
+    run_inprocess(run_args(tiny, wop, train_steps=4, phase1_steps=2, save_steps=2, wop_probability=0.5))
+    (_, wop_checkpoint), = list_checkpoints(wop)[:1]
+    assert any(k.startswith("wop_head.") for k in checkpoint_weights(wop_checkpoint))
+    folder = lc.checkpoint_model(wop, wop_checkpoint, lc.run_config(wop, wop_checkpoint, None), tmp_path / "wop-ckpt")
+    saved = AutoModelForMaskedLM.from_pretrained(folder, trust_remote_code=True).state_dict()
+    assert all(torch.equal(saved[k], v) for k, v in checkpoint_weights(wop_checkpoint).items() if not k.startswith("wop"))
 
 
 def test_bi_encoder_sts_starts_at_the_cosine_and_never_ends_below_it_on_dev(tmp_path):

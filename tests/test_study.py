@@ -105,6 +105,11 @@ def test_separation_needs_disjoint_seed_ranges():
     verdict = study_report.separation(runs, "t")
     assert verdict["1000"] == {"xpt_above": True, "ranges_disjoint": False, "one_seed": False}  # [20, 22] vs [19, 21]
     assert verdict["4000"] == {"xpt_above": True, "ranges_disjoint": True, "one_seed": False}
+    nan = float("nan")  # a diverged seed is above or below nothing, wherever it sits in the list
+    for scores in ([80.0, nan, 81.0], [nan, 80.0, 81.0]):
+        xpt = {"scores": scores, "min": 80.0, "max": 81.0, "diverged": 1, "mean": nan}
+        scratch = {"scores": [70.0, 71.0, 72.0], "min": 70.0, "max": 72.0, "diverged": 0, "mean": 71.0}
+        assert not study_report._disjoint_above(xpt, scratch)
 
 
 # --- specs -----------------------------------------------------------------------------------------

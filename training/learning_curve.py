@@ -60,7 +60,8 @@ def checkpoint_model(run: Path, checkpoint: Path, config, out: Path) -> Path:
     model = config.method_entry().build(resolve_source(config.source), tokenizer, embedding_init=config.embedding_init,
                                         itl_init=config.itl_init, adapter_size=config.adapter_size)
     state = torch.load(checkpoint / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    model.load_state_dict(state)
+    # the checkpoint holds the training module: with word-order prediction on, its head too (not part of the model)
+    model.load_state_dict({k: v for k, v in state.items() if not k.startswith("wop_head.")})
     save_model_folder(model, tokenizer, out)
     return out
 

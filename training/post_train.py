@@ -38,11 +38,10 @@ The run, top to bottom (`run_post_training`), over a `RunState` that every check
 Streaming (`--streaming true`, Hub ids): only the first max_train_sentences + valid + test records are read
 and materialised once; tokenised rows are memory-mapped Arrow files either way (4M sentences need not fit in RAM).
 
-Optional auxiliary objective (off by default): word-order prediction (KoreALBERT's WOP), with
-`--wop-probability P`: a share P of the rows shuffles up to `wop_fraction` of the tokens of each
-sentence (never masked tokens, never across sentences) and a linear head on the last hidden state
-predicts each shuffled token's original position; its loss (token mean over the global batch)
-is added with weight `wop_weight`. The head is not saved with the model.
+Optional auxiliary objective (off by default): word-order prediction (KoreALBERT's WOP), with `--wop-probability
+P`: a share P of the rows shuffles up to `wop_fraction` of the tokens of each sentence (never masked tokens, never
+across sentences) and a linear head on the last hidden state predicts each shuffled token's original position; its
+loss (token mean over the global batch) is added with weight `wop_weight`. The head is not saved with the model.
 """
 from __future__ import annotations
 
@@ -457,9 +456,10 @@ def write_outputs(run: Run, state: RunState) -> RunRecord:
                 f"{record.tokens_per_s:,.0f} tokens/s on {info.get('gpu') or 'cpu ' + info['cpu_class']} "
                 f"({accelerator.mixed_precision if accelerator.mixed_precision != 'no' else 'fp32'})")
         run.log("final ({}): {}".format(final_split, ", ".join(f"{k} {v:.4g}" for k, v in final_metrics.items())))
-        run.log(f"frequency-only baseline ({final_split}, same masks, context ignored): hits@1 "
-                f"{baseline_metrics['hits@1']:.4g}, perplexity {baseline_metrics['perplexity']:.4g}; this model's "
-                f"hits@1 is {final_metrics['hits@1'] / max(baseline_metrics['hits@1'], 1e-12):.2f}x the baseline's")
+        base_hits, hits = baseline_metrics["hits@1"], final_metrics["hits@1"]
+        run.log(f"frequency-only baseline ({final_split}, same masks, context ignored): hits@1 {base_hits:.4g}, "
+                f"perplexity {baseline_metrics['perplexity']:.4g}; this model's hits@1 is "
+                + (f"{hits / base_hits:.2f}x the baseline's" if base_hits else f"{hits:.4g} (the baseline's is 0)"))
         if not config.keep_checkpoints:  # optimiser states are not part of the model folder
             shutil.rmtree(run.output_dir / "checkpoints", ignore_errors=True)
         if config.push_to_hub:

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenization.corpus_io import COMPLETE_MARKER, corpus_complete
+from tokenization.folders import write_text_atomic
 from tokenization.errors import UserError, report_error
 from training.study_spec import (PRESETS, SPEC_FILE, StudyError, StudySpec, check_same_spec, finetune_args, load_spec,
                                  plan, resolve_relative, saved_spec)
@@ -243,8 +244,8 @@ def stage_report(spec: StudySpec, out: Path) -> Path:
     folder = out / "report"
     folder.mkdir(exist_ok=True)
     report = collect(spec, out)
-    (folder / "results.json").write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    (folder / "results.md").write_text(markdown(report, spec), encoding="utf-8")
+    write_text_atomic(folder / "results.json", json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+    write_text_atomic(folder / "results.md", markdown(report, spec))
     plot(report, spec, folder)
     return folder
 

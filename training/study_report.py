@@ -5,6 +5,7 @@ the tables of `results.md` and one PNG per task.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -41,10 +42,13 @@ def collect(spec: StudySpec, out: Path) -> dict[str, Any]:
                 results = json.loads((out / "finetune" / folder.name / name / RESULTS_FILE).read_text(encoding="utf-8"))
                 walls = [json.loads(p.read_text())["wall_time_s"]
                          for p in sorted((out / "finetune" / folder.name / name / "runs").glob("seed_*.json"))]
+                finite = [x for x in results["scores"] if math.isfinite(x)]
                 record["tasks"][name] = {
                     "metric": results["metric"], "split": results["split"], "mean": results["mean"],
                     "sd": results["std"], "scores": results["scores"], "seeds": results["seeds"],
-                    "min": min(results["scores"]), "max": max(results["scores"]),
+                    # over the seeds that did not diverge (min and max of a list holding NaN depend on its order)
+                    "min": min(finite, default=math.nan), "max": max(finite, default=math.nan),
+                    "diverged": len(results["scores"]) - len(finite),
                     "dev_scores": [r["dev"] for r in results["runs"]],
                     "examples": results["num_examples"], "fine_tuning_wall_s": round(sum(walls), 1)}
                 record["tasks"][name].update(linear_reads_of(results))
@@ -82,8 +86,10 @@ def _score(run: dict[str, Any], task: str | None) -> float:
 
 
 def _disjoint_above(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Every seed of `a` scored above every seed of `b`, each with two seeds or more (one seed has no range)."""
-    return len(a["scores"]) > 1 and len(b["scores"]) > 1 and a["min"] > b["max"]
+    """Every seed of `a` scored above every seed of `b`, each with two seeds or more (one seed has no range) and
+    none diverged (a NaN score is above or below nothing)."""
+    return (len(a["scores"]) > 1 and len(b["scores"]) > 1 and not a.get("diverged") and not b.get("diverged")
+            and a["min"] > b["max"])
 
 
 def efficiency_factor(runs: list[dict[str, Any]], task: str | None) -> dict[str, Any]:
