@@ -23,7 +23,7 @@ def installed(tmp_path_factory):
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO_ROOT / name, source / name)
-    for package in PACKAGES:
+    for package in (*PACKAGES, "configs"):
         shutil.copytree(REPO_ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     site = tmp / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
@@ -65,6 +65,20 @@ def test_an_installed_command_names_a_bad_input_in_one_line(installed):
     done = subprocess.run([str(site / "bin" / "xpt-post-train"), "--config", str(tmp / "missing.yaml")],
                           cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and "missing.yaml" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_an_installed_copy_reads_the_shipped_configs_by_their_documented_paths(installed):
+    """`--config configs/demo.yaml` and the study's presets, outside any checkout: the configs are installed
+    with the package."""
+    site, env, tmp = installed
+    assert (site / "training" / "configs" / "demo.yaml").is_file()
+    dry = subprocess.run([str(site / "bin" / "xpt-post-train"), "--config", "configs/demo.yaml", "--dry-run"],
+                         cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
+    assert dry.returncode == 0 and "configuration valid" in dry.stdout, dry.stderr
+    plan = subprocess.run([str(site / "bin" / "xpt-study"), "--preset", "tiny", "--out", str(tmp / "study"),
+                           "--dry-run"], cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
+    # the preset is read, and its inputs, relative to a checkout's working directory, are named missing here
+    assert plan.returncode == 2 and "corpus ../shared/data/corpus/" in plan.stderr and "not found" in plan.stderr, plan.stderr
 
 
 def test_installed_commands_convert_a_source_and_write_its_card(installed):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Collect fine-tuning `results.json` files into a Markdown table and PNG plots.
 
-    python training/compare.py runs/ft/xpt-100k runs/ft/xpt-400k runs/ft/scratch-100k ... --out runs/report
+    xpt-compare runs/ft/xpt-100k runs/ft/xpt-400k runs/ft/scratch-100k ... --out runs/report
 
 Each argument is a `results.json` file or a folder searched recursively for them (the copies that
 finetune.py puts in the model folders it saves are not counted twice). Output in ``--out``:

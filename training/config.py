@@ -358,7 +358,11 @@ def build_arg_parser(current: dict | None = None) -> argparse.ArgumentParser:
 
 
 def _read_yaml_config(path_text: str) -> dict:
+    from training.inputs import shipped_config
+
     path = Path(path_text)
+    if not path.is_file() and path.parent in (Path("."), Path("configs")):  # a shipped config, by name
+        path = shipped_config(path.name) or path
     if not path.is_file():
         raise ConfigError("config", f"{path} does not exist")
     try:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Fine-tune any encoder checkpoint on a Korean downstream task, over N seeds: `results.json`.
 
-    python training/finetune.py --model DIR --task korsts --data-dir ../shared/data/tasks/korsts \
+    xpt-finetune --model DIR --task korsts --data-dir ../shared/data/tasks/korsts \
         --seeds 3 --output-dir runs/ft/korsts [--max-train-samples N] [--epochs N] [--peft lora [--merge]] \
         [--push-to-hub ORG/NAME [--push-dry-run]]
 

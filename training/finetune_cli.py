@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trust-remote-code", action="store_true",
                    help="run the model's own Python code (needed for XPT models from the Hub or written by another "
                         "version of this package; folders this package wrote are trusted without it)")
-    p.add_argument("--task", required=True, help="registered task (python training/tasks.py lists them) or a new name")
+    p.add_argument("--task", required=True, help="registered task (python -m training.tasks lists them) or a new name")
     p.add_argument("--data-dir", help="folder with train/dev[/test].{tsv,csv,json,jsonl}; omit to use the task's Hub dataset")
     p.add_argument("--output-dir", required=True, help="where results.json and runs/seed_<s>.json are written")
     p.add_argument("--seeds", default="3", help="a count N (seeds 0..N-1) or a comma-separated list: 0,4 or 2, (seed 2 alone)")

@@ -14,6 +14,15 @@ from tokenization.errors import ConfigError
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+def shipped_config(name: str) -> Path | None:
+    """A config the project ships (`demo.yaml`, `study-cpu.yaml`, ...): the checkout's configs/ folder, or, in
+    an installed copy, the same files installed as `training/configs` (pyproject.toml); None if there is none."""
+    for folder in (REPO_ROOT / "configs", Path(__file__).resolve().parent / "configs"):
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
 def looks_like_hub_id(value: str | None) -> bool:
     """``name`` or ``org/name`` valid as the Hub validates repo ids (`huggingface_hub.utils.validate_repo_id`:
     characters, ``--``/``..``, length) and not a path: not written as one (``./``, ``/``, ``~``, a file

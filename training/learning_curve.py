@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The learning curve of a post-training run: linear probes of every checkpoint against tokens seen.
 
-    python training/learning_curve.py runs/cpu-hour --task nsmc=../shared/data/tasks/nsmc \
+    xpt-learning-curve runs/cpu-hour --task nsmc=../shared/data/tasks/nsmc \
         --task korsts=../shared/data/tasks/korsts --max-train-samples 2000
 
 Every checkpoint a run kept (`keep_checkpoints: true`), and its finished model when there is one,

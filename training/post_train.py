@@ -1,8 +1,8 @@
 """XPT post-training with Accelerate: an English BERT/RoBERTa encoder becomes a Korean one.
 
-    accelerate launch training/post_train.py --config configs/demo.yaml --output-dir runs/demo [--max-steps N]
-    python training/post_train.py --config configs/xpt-ko-400k.yaml --dry-run      # plan only, offline
-    python training/post_train.py --config configs/demo.yaml --output-dir runs/demo --resume latest
+    accelerate launch -m training.post_train --config configs/demo.yaml --output-dir runs/demo [--max-steps N]
+    xpt-post-train --config configs/xpt-ko-400k.yaml --dry-run      # plan only, offline
+    xpt-post-train --config configs/demo.yaml --output-dir runs/demo --resume latest
 
 Any config field (`training/config.py`) can be overridden as `--field-name value`.
 

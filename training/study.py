@@ -1,11 +1,11 @@
 #!/usr/bin/env python
 """The data-efficiency study: does XPT need less Korean text than training from scratch?
 
-    python training/study.py --preset cpu --out runs/study            # 2-core CPU: 108 minutes measured with bf16, 139 in fp32
-    python training/study.py --preset cpu --out runs/study --resume   # after an interruption
-    python training/study.py --preset gpu --out runs/study-gpu        # one GPU: each post-training run 2.2 min on an H200
-    python training/study.py --spec my-study.yaml --out runs/mine --extra-task paws-x=data/paws-x
-    python training/study.py --preset cpu --out runs/study --dry-run  # print the plan only
+    xpt-study --preset cpu --out runs/study            # 2-core CPU: 108 minutes measured with bf16, 139 in fp32
+    xpt-study --preset cpu --out runs/study --resume   # after an interruption
+    xpt-study --preset gpu --out runs/study-gpu        # one GPU: each post-training run 2.2 min on an H200
+    xpt-study --spec my-study.yaml --out runs/mine --extra-task paws-x=data/paws-x
+    xpt-study --preset cpu --out runs/study --dry-run  # print the plan only
 
 One spec (`configs/study-<preset>.yaml`, or `--spec FILE`; fields in `StudySpec`, `training/study_spec.py`) drives five
 stages, each using the package's own tools, each resumable:
@@ -251,11 +251,21 @@ def stage_report(spec: StudySpec, out: Path) -> Path:
 
 
 # --- driver ----------------------------------------------------------------------------------------
-def run_study(spec: StudySpec, out: Path, resume: bool = False) -> Path:
-    for name, entry in spec.tasks.items():  # before the spec is saved: a corrected path is then no other spec
+def check_inputs(spec: StudySpec) -> None:
+    """The spec's local corpus inputs (files, folders, globs) and task folders exist."""
+    import glob
+
+    for path in spec.corpus:
+        if not path.startswith("hf:") and not glob.glob(resolve_relative(path)):
+            raise StudyError(f"corpus {path} not found (fix the spec's corpus; nothing was started)")
+    for name, entry in spec.tasks.items():
         if not Path(resolve_relative(entry.data_dir)).is_dir():
             raise StudyError(f"task {name}: data folder {entry.data_dir} not found (fix the spec's tasks or "
                              "--extra-task; nothing was started)")
+
+
+def run_study(spec: StudySpec, out: Path, resume: bool = False) -> Path:
+    check_inputs(spec)  # before the spec is saved: a corrected path is then no other spec
     out.mkdir(parents=True, exist_ok=True)
     saved = out / SPEC_FILE
     if saved.is_file():
@@ -312,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             spec = load_spec(None if args.spec else args.preset or "cpu", args.spec, args.extra_task)
         if args.dry_run:
+            check_inputs(spec)
             print(plan(spec))
             return 0
         if args.report_only:

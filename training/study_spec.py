@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from tokenization.errors import UserError
+from training.inputs import shipped_config
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ("tiny", "cpu", "gpu", "paper")
@@ -125,13 +126,10 @@ class StudySpec:
 
 
 def load_spec(preset: str | None, spec_file: str | None, extra_tasks: list[str]) -> StudySpec:
-    if spec_file:
-        path = Path(spec_file)
-    else:
-        path = REPO_ROOT / "configs" / f"study-{preset}.yaml"
-    if not path.is_file():
-        raise StudyError(f"study spec {path} not found" + ("" if spec_file else f" (presets: {', '.join(PRESETS)}, read "
-                         "from the repository's configs/; from an installed copy pass --spec FILE)"))
+    path = Path(spec_file) if spec_file else shipped_config(f"study-{preset}.yaml")
+    if path is None or not path.is_file():
+        raise StudyError(f"study spec {spec_file} not found" if spec_file else f"preset {preset!r} has no spec "
+                         f"configs/study-{preset}.yaml in this installation (presets: {', '.join(PRESETS)})")
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as error:

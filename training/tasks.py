@@ -474,5 +474,5 @@ def describe_registry() -> str:
                      for name, spec in sorted(REGISTRY.items()))
 
 
-if __name__ == "__main__":  # `python training/tasks.py` lists the registry
+if __name__ == "__main__":  # `python -m training.tasks` lists the registry
     sys.stdout.write(describe_registry() + "\n")
