@@ -11,6 +11,7 @@ carry the model code (`modeling_xpt.py`, `configuration_xpt.py`), never this fil
 """
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -350,8 +351,8 @@ def overlapping_tokens(target_tokenizer, source_tokenizer) -> list[tuple[int, li
     pairs = special_token_pairs(target_tokenizer, source_tokenizer)
     special = set(target_tokenizer.all_special_tokens)
     target_vocab = target_tokenizer.get_vocab()
-    marks_word_starts = any(token.startswith("▁") for token in target_vocab)  # SentencePiece-style target
-    byte_level = _byte_level(source_tokenizer)  # there "x" is a piece inside a word, "Ġx" starts one
+    marks_word_starts = word_start_mark(target_tokenizer) == "▁"  # SentencePiece-style target
+    byte_level = word_start_mark(source_tokenizer) == "Ġ"  # there "x" is a piece inside a word, "Ġx" starts one
     for token, target_id in target_vocab.items():
         if target_id in pairs or token in special:
             continue
@@ -379,13 +380,23 @@ def special_token_pairs(target_tokenizer, source_tokenizer) -> dict[int, int]:
     return pairs
 
 
-def _byte_level(tokenizer) -> bool:
-    """A byte-level BPE tokenizer (RoBERTa's), whose word-start pieces carry "Ġ": read from its pipeline (a
-    WordPiece vocabulary may hold "Ġ" as a letter); from the vocabulary only for a tokenizer without one."""
+def word_start_mark(tokenizer) -> str | None:
+    """How `tokenizer` marks a piece that starts a word: "▁" (SentencePiece's Metaspace), "Ġ" (byte-level BPE,
+    RoBERTa's) or None (WordPiece marks the pieces inside a word, "##x"). Read from the pre-tokenizer and
+    decoder of its pipeline (a vocabulary may hold "▁" or "Ġ" as a letter); from the vocabulary only for a
+    tokenizer without a `tokenizers` pipeline."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:
-        return '"ByteLevel"' in backend.to_str()
-    return any(token.startswith("Ġ") for token in tokenizer.get_vocab())
+    if backend is None:
+        vocab = tokenizer.get_vocab()
+        return next((mark for mark in ("▁", "Ġ") if any(token.startswith(mark) for token in vocab)), None)
+    pipeline, types = json.loads(backend.to_str()), set()
+    parts = [pipeline.get("pre_tokenizer"), pipeline.get("decoder")]
+    while parts:  # Sequence pre-tokenizers and decoders nest theirs
+        part = parts.pop()
+        if isinstance(part, dict):
+            types.add(part.get("type"))
+            parts += part.get("pretokenizers") or part.get("decoders") or []
+    return "▁" if "Metaspace" in types else "Ġ" if "ByteLevel" in types else None
 
 
 def source_pieces(target_tokenizer, source_tokenizer) -> list[tuple[int, list[int]]]:
@@ -398,8 +409,7 @@ def source_pieces(target_tokenizer, source_tokenizer) -> list[tuple[int, list[in
     special = set(target_tokenizer.all_special_tokens)
     unknown = source_tokenizer.unk_token_id
     target_vocab, source_vocab = target_tokenizer.get_vocab(), source_tokenizer.get_vocab()
-    marks = "▁" if any(t.startswith("▁") for t in target_vocab) else "Ġ" if _byte_level(target_tokenizer) else None
-    byte_level_source = _byte_level(source_tokenizer)
+    marks, byte_level_source = word_start_mark(target_tokenizer), word_start_mark(source_tokenizer) == "Ġ"
     for token, target_id in target_vocab.items():
         if target_id in pairs or token in special:
             continue

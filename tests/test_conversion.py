@@ -103,10 +103,18 @@ def test_overlap_matches_pieces_inside_a_word_to_wordpiece_continuations():
     from modeling_xpt.conversion import overlapping_tokens
 
     source = word_tokenizer("bert", ["s", "##s", "x"])  # WordPiece: "s" starts a word, "##s" continues one
-    target = word_tokenizer("bert", ["▁s", "s", "▁x"])  # SentencePiece-style: "▁" marks a word start
+    target = sentencepiece_style(word_tokenizer("bert", ["▁s", "s", "▁x"]))  # "▁" marks a word start
     pairs = dict(overlapping_tokens(target, source))
     ids, src = target.convert_tokens_to_ids, source.convert_tokens_to_ids
     assert pairs[ids("s")] == [src("##s")] and pairs[ids("▁s")] == [src("s")] and pairs[ids("▁x")] == [src("x")]
+
+
+def sentencepiece_style(tokenizer):
+    """A word-level stand-in read as SentencePiece: its pipeline decodes "▁" as a word start (Metaspace)."""
+    from tokenizers import decoders
+
+    tokenizer.backend_tokenizer.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first")
+    return tokenizer
 
 
 def _byte_level_source():
@@ -131,16 +139,13 @@ def test_word_start_pieces_match_word_start_pieces_of_a_byte_level_source():
     source = _byte_level_source()
     src = source.get_vocab()
     assert {"hello", "Ġhello"} <= set(src)
-    target = word_tokenizer("roberta", ["▁hello", "hello", "▁world"])
-    from tokenizers import decoders
-
-    target.backend_tokenizer.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first")  # as SentencePiece
+    target = sentencepiece_style(word_tokenizer("roberta", ["▁hello", "hello", "▁world"]))
     ids = target.convert_tokens_to_ids
     overlap, fvt = dict(overlapping_tokens(target, source)), dict(source_pieces(target, source))
     assert overlap[ids("▁hello")] == [src["Ġhello"]] and overlap[ids("hello")] == [src["hello"]]
     assert fvt[ids("▁hello")] == [src["Ġhello"]] and fvt[ids("hello")] == [src["hello"]]
     assert fvt[ids("▁world")] == [src["Ġworld"]]
-    wordpiece, sentencepiece = word_tokenizer("bert", ["s", "##s", "x"]), word_tokenizer("bert", ["▁s", "s", "▁x"])
+    wordpiece, sentencepiece = word_tokenizer("bert", ["s", "##s", "x"]), sentencepiece_style(word_tokenizer("bert", ["▁s", "s", "▁x"]))
     pieces = dict(source_pieces(sentencepiece, wordpiece))
     assert pieces[sentencepiece.convert_tokens_to_ids("s")] == [wordpiece.convert_tokens_to_ids("##s")]  # inside a word
     # WordPiece to WordPiece: "##ab" is "ab" continuing a word (decoded alone it reads "##ab", split at the #s)
@@ -155,9 +160,13 @@ def test_word_start_pieces_match_word_start_pieces_of_a_byte_level_source():
         backend.pre_tokenizer, backend.decoder = pre_tokenizers.BertPreTokenizer(), decoders.WordPiece()
         return PreTrainedTokenizerFast(tokenizer_object=backend, **SPECIALS["bert"])
 
-    target, source = real_wordpiece(["ab", "##s", "##ab"]), real_wordpiece(["s", "##s", "ab", "##ab"])
+    # letters "▁" and "Ġ" in a WordPiece vocabulary do not make it SentencePiece or byte-level
+    target, source = real_wordpiece(["ab", "##s", "##ab", "▁", "Ġ"]), real_wordpiece(["s", "##s", "ab", "##ab", "Ġ"])
     pieces, ids, src = dict(source_pieces(target, source)), target.convert_tokens_to_ids, source.convert_tokens_to_ids
     assert (pieces[ids("##s")], pieces[ids("##ab")], pieces[ids("ab")]) == ([src("##s")], [src("##ab")], [src("ab")])
+    from modeling_xpt.conversion import word_start_mark
+
+    assert (word_start_mark(target), word_start_mark(source), word_start_mark(_byte_level_source())) == (None, None, "Ġ")
 
 
 def test_fvt_init_averages_the_source_pieces_of_each_token(source, tok, family):

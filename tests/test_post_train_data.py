@@ -87,8 +87,13 @@ def test_a_local_folder_in_the_hubs_layout_keeps_its_test_split(tmp_path):
     stray.mkdir()
     (stray / "corpus.txt").write_text("\n".join(f"문장 {i}" for i in range(40)) + "\n")
     (stray / "test.log").write_text("not text to train on\n")
+    (stray / "train.log").write_text("nor this\n")
     assert sum(len(v) for v in load_text_splits(str(stray), valid_size=2, test_size=2,
                                                 cache_dir=str(tmp_path / ".hf6")).values()) == 40
+    (stray / "valid.log").write_text("a log named like a split\n")  # does not hide a real held-out file
+    (stray / "dev.txt").write_text("\n".join(f"개발 {i}" for i in range(5)) + "\n")
+    with pytest.raises(ValueError, match=r"held-out split files \(dev.txt\)"):
+        load_text_splits(str(stray), valid_size=2, test_size=2, cache_dir=str(tmp_path / ".hf7"))
     plain = tmp_path / "plain"
     (plain / ".ipynb_checkpoints").mkdir(parents=True)
     (plain / "a.txt").write_text("\n".join(f"문장 {i}" for i in range(30)) + "\n")

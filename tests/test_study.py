@@ -361,3 +361,22 @@ def test_a_missing_task_folder_stops_the_study_before_anything_is_written(tmp_pa
     with pytest.raises(study.StudyError, match="task paws-x: data folder /nonexistent/typo not found"):
         study.run_study(spec, tmp_path / "study")
     assert not (tmp_path / "study").exists()
+
+
+def test_the_inputs_are_checked_as_the_corpus_stage_reads_them(tmp_path, monkeypatch):
+    """Globs (recursive too) and folders count as the corpus preparation expands them; a missing input is one
+    line; a study whose sentences are already prepared resumes without its raw text."""
+    from tokenization.corpus_io import COMPLETE_MARKER
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "g" / "a").mkdir(parents=True)
+    (tmp_path / "g" / "a" / "x.txt").write_text("문장\n")
+    (tmp_path / "tasks").mkdir()
+    spec = study.StudySpec(corpus=["g/**/*.txt", "g"], tasks={"t": study_spec.TaskEntry(data_dir="tasks")})
+    study.check_inputs(spec)
+    gone = study.StudySpec(corpus=["gone/*.txt"], tasks=spec.tasks)
+    with pytest.raises(study.StudyError, match=r"corpus: gone/\*\.txt: the glob matches no files"):
+        study.check_inputs(gone, tmp_path / "out")
+    (tmp_path / "out" / "corpus").mkdir(parents=True)
+    (tmp_path / "out" / "corpus" / COMPLETE_MARKER).write_text("")
+    study.check_inputs(gone, tmp_path / "out")  # prepared: the raw text is not read again

@@ -17,7 +17,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 def shipped_config(name: str) -> Path | None:
     """A config the project ships (`demo.yaml`, `study-cpu.yaml`, ...): the checkout's configs/ folder, or, in
     an installed copy, the same files installed as `training/configs` (pyproject.toml); None if there is none."""
-    for folder in (REPO_ROOT / "configs", Path(__file__).resolve().parent / "configs"):
+    checkout = [REPO_ROOT / "configs"] if (REPO_ROOT / "pyproject.toml").is_file() else []  # not site-packages/configs
+    for folder in (*checkout, Path(__file__).resolve().parent / "configs"):
         if (folder / name).is_file():
             return folder / name
     return None

@@ -246,7 +246,8 @@ def load_text_splits(data: str, *, text_column: str = "text", valid_size: int = 
             if ((local / "stats.json").exists() or (local / ".building").exists()) and not corpus_complete(local):
                 raise ValueError(f"{local} is an incomplete prepare_corpus output (no {COMPLETE_MARKER} marker): "
                                  "run it again")
-            sub = {split: next((local / n for n in names if (local / n).exists() or list(local.glob(f"{n}.*"))), None)
+            sub = {split: next((local / n for n in names if (local / n).exists() or any(
+                       f.is_file() and _builder(f) for f in local.glob(f"{n}.*"))), None)  # data files: not a .log
                    for split, names in SPLIT_NAMES.items()} if local.is_dir() else {}
             if sub.get("train") is not None:  # prepared splits: DIR/train, DIR/valid, DIR/test (folders or files)
                 for split, path in sub.items():

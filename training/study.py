@@ -251,13 +251,17 @@ def stage_report(spec: StudySpec, out: Path) -> Path:
 
 
 # --- driver ----------------------------------------------------------------------------------------
-def check_inputs(spec: StudySpec) -> None:
-    """The spec's local corpus inputs (files, folders, globs) and task folders exist."""
-    import glob
+def check_inputs(spec: StudySpec, out: Path | None = None) -> None:
+    """The spec's task folders exist, and its corpus inputs as the corpus stage reads them, unless that stage
+    is done in `out` (a resumed study whose sentences are prepared needs no raw text)."""
+    from tokenization.errors import InputError
+    from tokenization.prepare_corpus import resolve_inputs
 
-    for path in spec.corpus:
-        if not path.startswith("hf:") and not glob.glob(resolve_relative(path)):
-            raise StudyError(f"corpus {path} not found (fix the spec's corpus; nothing was started)")
+    if out is None or not corpus_complete(out / "corpus"):
+        try:
+            resolve_inputs([resolve_relative(p) for p in spec.corpus])
+        except InputError as error:
+            raise StudyError(f"corpus: {error} (fix the spec's corpus; nothing was started)") from None
     for name, entry in spec.tasks.items():
         if not Path(resolve_relative(entry.data_dir)).is_dir():
             raise StudyError(f"task {name}: data folder {entry.data_dir} not found (fix the spec's tasks or "
@@ -265,7 +269,7 @@ def check_inputs(spec: StudySpec) -> None:
 
 
 def run_study(spec: StudySpec, out: Path, resume: bool = False) -> Path:
-    check_inputs(spec)  # before the spec is saved: a corrected path is then no other spec
+    check_inputs(spec, out)  # before the spec is saved: a corrected path is then no other spec
     out.mkdir(parents=True, exist_ok=True)
     saved = out / SPEC_FILE
     if saved.is_file():

@@ -157,6 +157,7 @@ def markdown(report: dict[str, Any], spec: StudySpec) -> str:
         first = runs[0]["tasks"][task]
         lines += [f"## {task}: {first['metric']} on {first['split']} (mean ± sd over seeds [min, max])", ""]
         lines += method_by_size(runs, spec, lambda t: f"{t['mean']:.1f} ± {t['sd']:.1f} [{t['min']:.1f}, {t['max']:.1f}]"
+                                + (f" ({t['diverged']} diverged)" if t.get("diverged") else "")
                                 if len(t["scores"]) > 1 else f"{t['mean']:.1f} (1 seed)", task)
         lines += reference_rows(spec, report["floor"].get(task), report["source"].get(task), "probe")
         lines += ["", floor_verdict(runs, spec, task, report["floor"].get(task)),
