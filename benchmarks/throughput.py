@@ -55,7 +55,8 @@ real tokens/s (real = not padding; run_mlm blocks have none), and the min-max ov
 rounds. In every round the matmul peak of `xpt`'s dtype is measured too (the best of a square
 2048^3 product and the model's feed-forward product, B*T x H x I); its median over rounds is the
 peak, which every path's MFU is taken against (where `xpt` runs bf16, fp32 paths' MFU reads low). On
-CUDA the stock paths run their fp32 matmuls in TF32, XPT's paths as post-training leaves them. Graphs compiled during the timed rounds are counted (should be 0). Per path also the median
+CUDA the stock paths run their fp32 matmuls in TF32, XPT's paths as post-training leaves them.
+Graphs compiled during the timed rounds are counted (should be 0). Per path also the median
 minor page faults per timed step (ru_minflt: pages the kernel maps in and zeroes on first touch), the
 kernel CPU time per step (ru_stime, where those faults are served) and the peak memory: its
 process's peak resident set on CPU (ru_maxrss), `torch.cuda.max_memory_allocated` on CUDA.

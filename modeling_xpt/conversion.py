@@ -221,8 +221,7 @@ def to_stock(model: XPTForMaskedLM) -> PreTrainedModel:
             tensor = tensor[: c.vocab_size]
         state[stock_parameter_name(name, family, **layout)] = tensor
     if not c.type_vocab_size:  # no token types here; stock models add row 0 of their table: zeros change nothing
-        prefix = stock_parameter_name("xpt.embeddings.position_embeddings.weight", family).rsplit(".", 2)[0]
-        state[f"{prefix}.token_type_embeddings.weight"] = torch.zeros(1, c.hidden_size)
+        state[stock_parameter_name("xpt.embeddings.token_type_embeddings.weight", family)] = torch.zeros(1, c.hidden_size)
     missing, unexpected = stock.load_state_dict(state, strict=False)
     untied = [k for k in missing if not k.endswith(("decoder.weight", "decoder.bias", "generator_lm_head.weight"))]
     if untied or unexpected:
@@ -416,8 +415,8 @@ def source_pieces(target_tokenizer, source_tokenizer) -> list[tuple[int, list[in
         starts_word = token.startswith(marks) if marks else not token.startswith("##")
         # the piece's text (a WordPiece target's "##x" alone decodes as "##x": its text is "x")
         text = (target_tokenizer.convert_tokens_to_string([token]) if marks else token.removeprefix("##")).strip()
-        spelt = source_tokenizer(" " + text if starts_word and byte_level_source else text, add_special_tokens=False)
-        ids = spelt["input_ids"]
+        ids = source_tokenizer(" " + text if starts_word and byte_level_source else text,
+                               add_special_tokens=False)["input_ids"]
         if ids and not starts_word and not byte_level_source:  # WordPiece: the first piece continues a word
             first = source_tokenizer.convert_ids_to_tokens(ids[0])
             ids = [source_vocab.get("##" + first, ids[0]), *ids[1:]]

@@ -173,6 +173,14 @@ def _hub_layout_splits(folder: Path, files: list[Path]) -> dict[str, list[Path]]
     return by_split
 
 
+def _split_files(folder: Path, name: str) -> list[Path]:
+    """Split `name`'s data in `folder`: FOLDER/NAME itself (a folder or file), else its data files FOLDER/NAME.*
+    (train.txt, or every train.a.txt, train.b.txt, ...; a train.log is none)."""
+    if (folder / name).exists():
+        return [folder / name]
+    return sorted(f for f in folder.glob(f"{name}.*") if f.is_file() and _builder(f))
+
+
 def _load_split_dir(path: Path, text_column: str, cache_dir: str | None):
     import datasets
 
@@ -246,27 +254,20 @@ def load_text_splits(data: str, *, text_column: str = "text", valid_size: int = 
             if ((local / "stats.json").exists() or (local / ".building").exists()) and not corpus_complete(local):
                 raise ValueError(f"{local} is an incomplete prepare_corpus output (no {COMPLETE_MARKER} marker): "
                                  "run it again")
-            sub = {split: next((local / n for n in names if (local / n).exists() or any(
-                       f.is_file() and _builder(f) for f in local.glob(f"{n}.*"))), None)  # data files: not a .log
+            sub = {split: next((found for n in names if (found := _split_files(local, n))), [])
                    for split, names in SPLIT_NAMES.items()} if local.is_dir() else {}
-            if sub.get("train") is not None:  # prepared splits: DIR/train, DIR/valid, DIR/test (folders or files)
-                for split, path in sub.items():
-                    if path is None:
-                        continue
-                    if path.exists():
-                        splits[split] = _load_split_dir(path, text_column, cache_dir)
-                    else:  # split files: DIR/train.txt, or every DIR/train.*.txt (train.a.txt, train.b.txt, ...)
-                        files = sorted(f for f in local.glob(f"{path.name}.*") if f.is_file() and _builder(f))
-                        splits[split] = _load_files(files, text_column, cache_dir)
+            if sub.get("train"):  # prepared splits: DIR/train, DIR/valid, DIR/test (folders or files)
+                for split, paths in sub.items():
+                    if paths:
+                        splits[split] = (_load_split_dir(paths[0], text_column, cache_dir) if len(paths) == 1
+                                         else _load_files(paths, text_column, cache_dir))
                 corpus = splits.pop("train")
             else:
                 files = _data_files(local)
                 # split files in the Hub's layout (data/train-00000-of-00001.parquet, data/test-...), found as
                 # `datasets.load_dataset(folder)` finds them: its test files are not train text
                 found = _hub_layout_splits(local, files) if local.is_dir() else None
-                held_out = [f.name for p in sub.values() if p is not None and found is None
-                            for f in ([p] if p.exists() else sorted(local.glob(f"{p.name}.*")))
-                            if f.is_dir() or _builder(f)]
+                held_out = [f.name for paths in sub.values() for f in paths] if found is None else []
                 if held_out:  # read as one corpus, these held-out texts would be trained on
                     raise ValueError(f"{local} has held-out split files ({', '.join(held_out)}) but no train file: "
                                      "name the training text train.txt (or train.*.txt, or a train/ folder), or move "

@@ -318,7 +318,7 @@ def run_phase(run: Run, state: RunState, phase_index: int, progress, *, resume_f
     stopped_early = False
     loader = iter(train_loader(run.micro_batches, state.step, state.step + phase.steps - state.phase_step,
                                num_workers=run.speed.loader_workers))
-    tick_time, tick_tokens = 0.0, 0  # the logged tokens/s: steps only, as train_time_s
+    tick_from, tick_tokens = state.train_time_s, 0  # the logged tokens/s: over step time only, as the summary's
     while state.phase_step < phase.steps:
         step_started = time.time()
         batches = [next(loader) for _ in range(run.accumulation)]
@@ -332,7 +332,6 @@ def run_phase(run: Run, state: RunState, phase_index: int, progress, *, resume_f
         state.step, state.phase_step = state.step + 1, state.phase_step + 1
         state.tokens_seen += int(result.global_tokens)
         state.train_time_s += time.time() - step_started
-        tick_time += time.time() - step_started
         tick_tokens += result.global_tokens
         step = state.step
         if accelerator.is_main_process:
@@ -340,12 +339,12 @@ def run_phase(run: Run, state: RunState, phase_index: int, progress, *, resume_f
                 handle.write(json.dumps({**record, "lr": result.lr}) + "\n")
         progress.update(1)
         if step % config.logging_steps == 0 or state.phase_step == phase.steps:
-            tokens_per_s = tick_tokens / max(1e-9, tick_time)
+            tokens_per_s = tick_tokens / max(1e-9, state.train_time_s - tick_from)
             progress.set_postfix(phase=phase.name, loss=f"{step_loss:.4f}", lr=f"{result.lr:.2e}", tok_s=f"{tokens_per_s:,.0f}")
             accelerator.log({"train/loss": step_loss, "train/lr": result.lr, "train/tokens_per_s": tokens_per_s,
                              "train/phase": phase_index, "train/tokens_seen": state.tokens_seen,
                              **({"train/wop_loss": record["wop_loss"]} if run.use_wop else {})}, step=step)
-            tick_time, tick_tokens = 0.0, 0
+            tick_from, tick_tokens = state.train_time_s, 0
         if step % config.eval_steps == 0 and state.phase_step < phase.steps:
             stopped_early = evaluate_during_phase(run, state, phase)
         if step % config.save_steps == 0 and state.phase_step < phase.steps and not stopped_early:

@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from tokenization.corpus_io import COMPLETE_MARKER, corpus_complete
-from tokenization.folders import write_text_atomic
 from tokenization.errors import UserError, report_error
+from tokenization.folders import write_text_atomic
 from training.study_spec import (PRESETS, SPEC_FILE, StudyError, StudySpec, check_same_spec, finetune_args, load_spec,
                                  plan, resolve_relative, saved_spec)
 

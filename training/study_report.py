@@ -85,11 +85,15 @@ def _score(run: dict[str, Any], task: str | None) -> float:
     return run["tasks"][task]["mean"] if task else -run["mlm_test"]["perplexity"]
 
 
+def _one_seed(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """One of the two cells has a single seed: no range to compare."""
+    return min(len(a["scores"]), len(b["scores"])) < 2
+
+
 def _disjoint_above(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Every seed of `a` scored above every seed of `b`, each with two seeds or more (one seed has no range) and
     none diverged (a NaN score is above or below nothing)."""
-    return (len(a["scores"]) > 1 and len(b["scores"]) > 1 and not a.get("diverged") and not b.get("diverged")
-            and a["min"] > b["max"])
+    return not _one_seed(a, b) and not a.get("diverged") and not b.get("diverged") and a["min"] > b["max"]
 
 
 def efficiency_factor(runs: list[dict[str, Any]], task: str | None) -> dict[str, Any]:
@@ -110,7 +114,7 @@ def efficiency_factor(runs: list[dict[str, Any]], task: str | None) -> dict[str,
                         "xpt_score": _score(run, task), "scratch_score": _score(reference, task)}
                 if task:
                     best["seed_ranges_disjoint"] = _disjoint_above(run["tasks"][task], reference["tasks"][task])
-                    best["one_seed"] = min(len(run["tasks"][task]["scores"]), len(reference["tasks"][task]["scores"])) < 2
+                    best["one_seed"] = _one_seed(run["tasks"][task], reference["tasks"][task])
     if best is None:
         return {"factor": None, "text": "not reached within the sizes run"}
     # Scratch was not run above its largest size: where any XPT size matches that largest size, a larger
@@ -142,8 +146,16 @@ def separation(runs: list[dict[str, Any]], task: str) -> dict[str, Any]:
             a, b = by_method[FOCUS], by_method[BASELINE]
             table[str(size)] = {"xpt_above": a["mean"] > b["mean"],
                                 "ranges_disjoint": _disjoint_above(a, b) or _disjoint_above(b, a),
-                                "one_seed": min(len(a["scores"]), len(b["scores"])) < 2}
+                                "one_seed": _one_seed(a, b)}
     return table
+
+
+def _seed_cell(t: dict[str, Any]) -> str:
+    """A task cell of the results table: mean ± sd [min, max] over seeds, and how many diverged."""
+    if len(t["scores"]) < 2:
+        return f"{t['mean']:.1f} (1 seed)"
+    diverged = f" ({t['diverged']} diverged)" if t.get("diverged") else ""
+    return f"{t['mean']:.1f} ± {t['sd']:.1f} [{t['min']:.1f}, {t['max']:.1f}]{diverged}"
 
 
 def markdown(report: dict[str, Any], spec: StudySpec) -> str:
@@ -156,9 +168,7 @@ def markdown(report: dict[str, Any], spec: StudySpec) -> str:
     for task in spec.tasks:
         first = runs[0]["tasks"][task]
         lines += [f"## {task}: {first['metric']} on {first['split']} (mean ± sd over seeds [min, max])", ""]
-        lines += method_by_size(runs, spec, lambda t: f"{t['mean']:.1f} ± {t['sd']:.1f} [{t['min']:.1f}, {t['max']:.1f}]"
-                                + (f" ({t['diverged']} diverged)" if t.get("diverged") else "")
-                                if len(t["scores"]) > 1 else f"{t['mean']:.1f} (1 seed)", task)
+        lines += method_by_size(runs, spec, _seed_cell, task)
         lines += reference_rows(spec, report["floor"].get(task), report["source"].get(task), "probe")
         lines += ["", floor_verdict(runs, spec, task, report["floor"].get(task)),
                   "", f"Data-efficiency factor (XPT vs Scratch): {report['data_efficiency'][task]['text']}.", ""]

@@ -393,7 +393,7 @@ def load_task_data(spec: TaskSpec, data_dir: str | Path | None, max_train_sample
             rows = splits[split][:]
             random.Random(data_seed).shuffle(rows)
             splits[split] = rows[:limit]
-    validate(spec, splits)  # no split emptied by the hold-out or the subsample
+    check_not_empty(spec, splits)  # the rows were validated as read; the hold-out or subsample may empty a split
     return splits
 
 
@@ -406,12 +406,17 @@ def required_columns(spec: TaskSpec) -> list[str]:
     return list(spec.text_columns) + [spec.label_column]
 
 
-def validate(spec: TaskSpec, splits: dict[str, list[dict[str, Any]]]) -> None:
-    """Columns present, no empty split, labels in the declared set (or numeric within range). Fills in
-    `spec.labels` from the train split when the spec leaves it open."""
+def check_not_empty(spec: TaskSpec, splits: dict[str, list[dict[str, Any]]]) -> None:
     for split, rows in splits.items():
         if not rows:
             raise TaskDataError(f"task {spec.name!r}: the {split} split is empty")
+
+
+def validate(spec: TaskSpec, splits: dict[str, list[dict[str, Any]]]) -> None:
+    """Columns present, no empty split, labels in the declared set (or numeric within range). Fills in
+    `spec.labels` from the train split when the spec leaves it open."""
+    check_not_empty(spec, splits)
+    for split, rows in splits.items():
         for i, row in enumerate(rows):
             missing = [c for c in required_columns(spec) if c not in row]
             if missing:
