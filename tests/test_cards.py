@@ -198,7 +198,7 @@ def test_card_metadata_round_trips_through_huggingface_hub(xpt_dir, tmp_path):
                      fmt_duration(7325.5), "NVIDIA H100", "bf16", "4 process(es)", fmt_float(11.66642, 2),
                      fmt_float(0.4321), fmt_float(23.75, 2), "79.97", "80.10, 79.50, 80.30", "CC BY-SA 4.0",
                      "trust_remote_code=True", 'pipeline("fill-mask", model="org/xpt-ko-test"',
-                     "Applied Sciences", "11(5), 1975", "Exploring the Data Efficiency of Cross-Lingual Post-Training"):
+                     "Applied Sciences", "11(5), 1974", "Exploring the Data Efficiency of Cross-Lingual Post-Training"):
         assert expected in body, expected
 
 
