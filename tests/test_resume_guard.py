@@ -10,6 +10,7 @@ import pytest
 
 from tests.post_train_helpers import losses, run_args, run_killed_after, run_subprocess
 from training import post_train
+from training.tasks import get_task
 
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # reset Accelerate's per-process state after each test
 
@@ -180,9 +181,36 @@ def test_a_bi_encoder_folder_from_before_the_sts_loss_option_counts_as_mse(tmp_p
     (out / "results.json").write_text(json.dumps({"task": "korsts", "seeds": [0],
                                                   "hyperparameters": {"pair_encoding": "bi"}}))
     argv = ["--model", "m", "--task", "korsts", "--output-dir", str(out), "--pair-encoding", "bi", "--seeds", "1"]
+    korsts = get_task("korsts")
     with pytest.raises(TaskDataError, match="sts_loss 'mse' -> 'cosent'"):
-        finetune_cli.check_reused_folder(finetune_cli.build_parser().parse_args(argv), [0], "korsts")
-    finetune_cli.check_reused_folder(finetune_cli.build_parser().parse_args(argv + ["--sts-loss", "mse"]), [0], "korsts")
+        finetune_cli.check_reused_folder(finetune_cli.build_parser().parse_args(argv), [0], korsts)
+    finetune_cli.check_reused_folder(finetune_cli.build_parser().parse_args(argv + ["--sts-loss", "mse"]), [0], korsts)
+
+
+def test_a_fine_tuning_folder_is_reused_when_only_options_without_effect_change(tmp_path):
+    """LoRA's options without --peft lora and --doc-stride outside QA change nothing in a run: they are not
+    recorded, and a rerun in the same folder that changes only them is the same run; a learning rate is
+    another run and is refused."""
+    from training import finetune_cli
+    from training.tasks import TaskDataError
+
+    out = tmp_path / "out"
+    out.mkdir()
+    nsmc = get_task("nsmc")
+    argv = ["--model", "m", "--task", "nsmc", "--output-dir", str(out), "--seeds", "1"]
+    args = finetune_cli.build_parser().parse_args(argv)
+    recorded = finetune_cli.hyperparameters(args, nsmc)
+    assert "lora_r" not in recorded and "doc_stride" not in recorded and recorded["learning_rate"] == args.learning_rate
+    lora = finetune_cli.build_parser().parse_args(argv + ["--peft", "lora"])
+    assert finetune_cli.hyperparameters(lora, nsmc)["lora_r"] == lora.lora_r
+    (out / "results.json").write_text(json.dumps({"model": "m", "task": "nsmc", "mode": args.mode, "seeds": [0],
+                                                  "peft": None, "data_seed": args.data_seed,
+                                                  "hyperparameters": recorded}))
+    finetune_cli.check_reused_folder(finetune_cli.build_parser().parse_args(
+        argv + ["--lora-r", "64", "--lora-alpha", "3", "--doc-stride", "32"]), [0], nsmc)
+    with pytest.raises(TaskDataError, match="learning_rate"):
+        finetune_cli.check_reused_folder(finetune_cli.build_parser().parse_args(argv + ["--learning-rate", "0.5"]),
+                                         [0], nsmc)
 
 
 def test_a_study_resumed_with_another_spec_is_refused_naming_the_fields(tmp_path):

@@ -291,7 +291,7 @@ def summarize(spec: TaskSpec, runs: list[dict[str, Any]], args, post_training, s
         "runs": [{"seed": r["seed"], "dev": r["dev"], "test": r["test"], "best_epoch": r["best_epoch"]} for r in runs],
         "metrics": extra,
         "peft": args.peft,
-        "hyperparameters": hyperparameters(args),
+        "hyperparameters": hyperparameters(args, spec),
     }
 
 
@@ -397,7 +397,7 @@ def fine_tune(args) -> dict[str, Any]:
     for name in [spec.metric] + spec.extra_metrics:
         if name not in allowed:
             raise TaskDataError(f"metric {name!r} does not fit a {spec.task_type} task; use one of {list(allowed)}")
-    check_reused_folder(args, seeds, spec.name)
+    check_reused_folder(args, seeds, spec)
     splits = load_task_data(spec, args.data_dir, args.max_train_samples, args.max_eval_samples, args.data_seed,
                             args.hold_out_test, args.hold_out_dev)
     tokenizer, config = load_tokenizer_and_config(args.model, spec, args.trust_remote_code)

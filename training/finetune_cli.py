@@ -271,16 +271,24 @@ def check_publishable(args, spec: TaskSpec, config, post_training: dict[str, Any
         raise TaskDataError(f"--push-to-hub: {error}") from None
 
 
-def hyperparameters(args) -> dict[str, Any]:
-    """The options results.json records under `hyperparameters`; `check_reused_folder` compares them too."""
-    return {k: getattr(args, k) for k in ("batch_size", "learning_rate", "epochs", "warmup_ratio", "weight_decay",
-                                          "max_length", "patience", "max_train_samples", "max_eval_samples",
-                                          "hold_out_test", "hold_out_dev", "lora_r", "lora_alpha",
-                                          "lora_dropout", "max_grad_norm", "doc_stride", "pooling",
-                                          "pair_encoding", "sts_loss", "speed_paths")}
+def hyperparameters(args, spec: TaskSpec) -> dict[str, Any]:
+    """The options that shape a fine-tuning run's results: what results.json records under `hyperparameters`,
+    `check_reused_folder` compares and `xpt-compare` tells runs apart by. An option without effect on this run
+    is left out (LoRA's without --peft lora, --doc-stride outside QA, --sts-loss outside the STS bi-encoder), so
+    that changing it neither refuses a rerun in the same folder nor shows as another setting."""
+    names = ["batch_size", "learning_rate", "epochs", "warmup_ratio", "weight_decay", "max_length", "patience",
+             "max_train_samples", "max_eval_samples", "hold_out_test", "hold_out_dev", "max_grad_norm", "pooling",
+             "pair_encoding", "speed_paths"]
+    if args.peft == "lora":
+        names += ["lora_r", "lora_alpha", "lora_dropout"]
+    if spec.task_type == "qa":
+        names.append("doc_stride")
+    if args.pair_encoding == "bi":
+        names.append("sts_loss")
+    return {k: getattr(args, k) for k in names}
 
 
-def check_reused_folder(args, seeds: list[int], task: str) -> None:
+def check_reused_folder(args, seeds: list[int], spec: TaskSpec) -> None:
     """An output folder holding the results of a run with other options is refused (its results.json and
     runs/ would describe two runs at once) unless --overwrite-output-dir; the same options may run again."""
     path = Path(args.output_dir) / RESULTS_FILE
@@ -290,8 +298,8 @@ def check_reused_folder(args, seeds: list[int], task: str) -> None:
         before = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         before = {}
-    now = {"model": recorded_ref(str(args.model)), "task": task, "mode": args.mode, "seeds": seeds, "peft": args.peft,
-           "data_seed": args.data_seed, **hyperparameters(args)}
+    now = {"model": recorded_ref(str(args.model)), "task": spec.name, "mode": args.mode, "seeds": seeds,
+           "peft": args.peft, "data_seed": args.data_seed, **hyperparameters(args, spec)}
     was = {"mode": "finetune", **before, **(before.get("hyperparameters") or {})}
     if isinstance(was.get("model"), str):
         was["model"] = recorded_ref(was["model"])  # as recorded now (results written before named it as typed)
