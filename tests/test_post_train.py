@@ -283,6 +283,16 @@ def test_trains_its_own_tokenizer_when_none_is_given(tiny, tmp_path):
     del argv[i:i + 2]
     run_inprocess(argv)
     assert len(AutoTokenizer.from_pretrained(out / "tokenizer")) < len(tok)
+    # a run stopped before its first checkpoint left its tokenizer: `--resume latest` finds no checkpoint,
+    # starts afresh and so trains its own tokenizer from its own settings
+    crashed = tmp_path / "crashed"
+    tok.save_pretrained(crashed / "tokenizer")  # the first run's, from all train sentences
+    argv = [a for a in run_args(tiny, crashed, train_steps=3, phase1_steps=1, tokenizer_vocab_size=300,
+                                tokenizer_train_sentences=10, resume="latest")]
+    i = argv.index("--tokenizer")
+    del argv[i:i + 2]
+    assert run_inprocess(argv)["resumed"] is False
+    assert len(AutoTokenizer.from_pretrained(crashed / "tokenizer")) < len(tok)
 
 
 def test_push_to_hub_from_the_config_uploads_the_saved_folder(tiny, tmp_path, monkeypatch):

@@ -219,7 +219,7 @@ def prepare_run(config: PostTrainConfig, accelerator: Accelerator, speed: SpeedS
     source = resolve_source(config.source)
     source_fam = source_family(source)
     splits = load_splits(config, data, accelerator)
-    tokenizer, tokenizer_ref = get_tokenizer(config, output_dir, splits, source_fam, accelerator, log)
+    tokenizer, tokenizer_ref = get_tokenizer(config, output_dir, splits, source_fam, accelerator, log, resume_from)
     check_families(source, tokenizer)
     if tokenizer.mask_token_id is None or tokenizer.pad_token_id is None:
         raise ConfigError("tokenizer", "the tokenizer needs a mask and a pad token")

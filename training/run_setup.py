@@ -37,14 +37,16 @@ def _root_cause(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-def get_tokenizer(config: PostTrainConfig, output_dir: Path, splits, source_fam: str | None, accelerator, log):
-    """The configured tokenizer, the one trained by the run this one resumes, or a new one: a fresh run
-    never takes an earlier run's tokenizer from the folder, whose settings may differ from its own."""
+def get_tokenizer(config: PostTrainConfig, output_dir: Path, splits, source_fam: str | None, accelerator, log,
+                  resume_from: Path | None):
+    """The configured tokenizer, the one trained by the run this one resumes from checkpoint `resume_from`,
+    or a new one: a fresh run, or a resume that found no checkpoint, never takes an earlier run's tokenizer
+    from the folder, whose settings may differ from its own."""
     if config.tokenizer:
         path = resolve_local(config.tokenizer)
         return AutoTokenizer.from_pretrained(str(path) if path else config.tokenizer), config.tokenizer
     trained = output_dir / "tokenizer"
-    resumed = config.resume is not None and (trained / "tokenizer_config.json").is_file()
+    resumed = resume_from is not None and (trained / "tokenizer_config.json").is_file()
     if accelerator.is_main_process and not resumed:
         n = min(config.tokenizer_train_sentences, len(splits["train"]))
         log(f"training a {source_fam or 'roberta'} tokenizer (vocab {config.tokenizer_vocab_size}) on {n} train sentences")
