@@ -108,6 +108,26 @@ def test_a_resume_reads_the_token_rows_it_started_with(edit, tiny, tmp_path):
     assert not (tmp_path / "run" / "training_summary.json").exists()
 
 
+def test_a_resume_with_other_valid_text_is_refused(tiny, tmp_path):
+    """Early stopping and the final metrics read the valid and test rows: a resume on other held-out text
+    would compare losses across two sets, so it is refused naming the split; the same files resume."""
+    lines = [line for part in sorted(tiny["corpus"].glob("part-*.txt")) for line in part.read_text().splitlines()]
+    splits = tmp_path / "splits"
+    splits.mkdir()
+    for name, chunk in (("train", lines[:-80]), ("valid", lines[-80:-40]), ("test", lines[-40:])):
+        (splits / f"{name}.txt").write_text("\n".join(chunk) + "\n", encoding="utf-8")
+    args = run_args(tiny, tmp_path / "run", data=splits, cache_dir=tmp_path / "cache", **COMMON)
+    run_killed_after(3, args)
+    shutil.copy(splits / "test.txt", splits / "valid.txt")
+    proc = run_subprocess(args + ["--resume", "latest"], check=False)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-2000:]
+    assert "checkpoint-2 was evaluated on other valid rows" in errors[0]
+    (splits / "valid.txt").write_text("\n".join(lines[-80:-40]) + "\n", encoding="utf-8")
+    run_subprocess(args + ["--resume", "latest"])
+    assert (tmp_path / "run" / "training_summary.json").is_file()
+
+
 def test_a_harmless_change_resumes_exactly_and_is_recorded(killed, tiny, tmp_path):
     full, cut = killed
     folder = tmp_path / "cut"

@@ -111,7 +111,7 @@ class RunState:
     precision: str | None = None  # what mixed_precision resolved to (no | fp16 | bf16) where it last trained
     setting_changes: list[dict] = field(default_factory=list)  # allowed changes on resume (RunRecord)
     num_processes: int | None = None  # the processes that trained it: a checkpoint resumes with as many
-    data_fingerprint: str | None = None  # its token rows and tokenizer (`rows_fingerprint`): a resume reads the same
+    data_fingerprint: dict | str | None = None  # each split's token rows and tokenizer (`rows_fingerprint`)
 
     @classmethod
     def from_checkpoint(cls, checkpoint: Path) -> RunState:

@@ -232,16 +232,26 @@ def load_splits(config: PostTrainConfig, data: str, accelerator: Accelerator) ->
 
 
 def row_statistics(rows: dict, splits: dict, tokenizer, state, resume_from: Path | None, log) -> dict:
-    """Each split's rows, real tokens and sentences, logged. A resumed run must train on the token rows it
-    was started with: other text in the corpus, or another tokenizer at the same path, would continue
-    the run on other data under the same step count, so the rows' fingerprint is compared and recorded."""
+    """Each split's rows, real tokens and sentences, logged. A resumed run must read the token rows it was
+    started with: other text in the corpus, or another tokenizer at the same path, would continue the run
+    on other data under the same step count, and other valid or test text would compare early stopping's
+    losses and the final metrics across two sets, so each split's fingerprint is compared and recorded."""
     stats = {split: row_stats(ds, len(splits[split])) for split, ds in rows.items()}
     log(f"data: {json.dumps(stats)}")
-    fingerprint = rows_fingerprint(rows["train"], stats["train"], tokenizer)
-    if resume_from is not None and state.data_fingerprint not in (None, fingerprint):
-        raise ConfigError("resume", f"{resume_from} was trained on other token rows than this run reads "
-                          f"({stats['train']['rows']:,} rows now): the data or the tokenizer changed since (or, for "
-                          "raw text held out from before copies of held-out texts were dropped from train, how it "
-                          "is split); resume with the ones it started with, or start a new run in another --output-dir")
-    state.data_fingerprint = fingerprint
+    fingerprints = {split: rows_fingerprint(ds, stats[split], tokenizer) for split, ds in rows.items()}
+    was = state.data_fingerprint
+    if resume_from is not None and was is not None:
+        was = was if isinstance(was, dict) else {"train": was}  # checkpoints that fingerprinted train only
+        if was["train"] != fingerprints["train"]:
+            raise ConfigError("resume", f"{resume_from} was trained on other token rows than this run reads "
+                              f"({stats['train']['rows']:,} rows now): the data or the tokenizer changed since (or, "
+                              "for raw text held out from before copies of held-out texts were dropped from train, how "
+                              "it is split); resume with the ones it started with, or start a new run in another "
+                              "--output-dir")
+        changed = [split for split in was if split != "train" and was[split] != fingerprints.get(split)]
+        if changed:
+            raise ConfigError("resume", f"{resume_from} was evaluated on other {' and '.join(changed)} rows than this "
+                              "run reads: early stopping and the final metrics would compare two sets; resume with "
+                              "the held-out text it started with, or start a new run in another --output-dir")
+    state.data_fingerprint = fingerprints
     return stats
