@@ -275,6 +275,38 @@ def test_disk_full_while_saving_a_checkpoint_is_one_line_and_resume_continues_ex
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_a_full_disk_while_writing_the_model_folder_is_one_line_and_resume_only_writes_it(tiny, tmp_path, capsys,
+                                                                                           monkeypatch):
+    """The run's last step is checkpointed before the final evaluation and the model folder: a failure
+    there (here a full disk) costs no steps, and the resume starts from that checkpoint."""
+    import errno
+
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    common = dict(train_steps=10, phase1_steps=4, save_steps=4, save_total_limit=2)
+    run_inprocess(run_args(tiny, full, **common))
+    reset_accelerate()
+
+    def full_disk(model, tokenizer, folder, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(Path(folder) / "model.safetensors"))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(post_train, "save_model_folder", full_disk)
+        assert post_train.main(run_args(tiny, cut, **common)) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in err, err
+    assert errors[0].startswith(f"error: no space left on the device writing {cut / 'model.safetensors'}")
+    assert "--resume latest" in errors[0]
+    assert [s for s, _ in list_checkpoints(cut)] == [8, 10]  # the cadence, and the run's last step
+    reset_accelerate()
+    run_inprocess(run_args(tiny, cut, **common) + ["--resume", "latest"])
+    assert f"resuming from {cut / 'checkpoints' / 'checkpoint-10'}" in capsys.readouterr().out
+    assert losses(cut) == losses(full)
+    a = json.loads((full / "training_summary.json").read_text())
+    b = json.loads((cut / "training_summary.json").read_text())
+    assert a["final_metrics"] == b["final_metrics"] and [p["steps"] for p in b["phases"]] == [4, 6]
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A real 800 KiB file system (tmpfs): a phase-1 checkpoint of the tiny model fits (about 415 KB) and so does the

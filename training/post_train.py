@@ -15,21 +15,18 @@ The run, top to bottom (`run_post_training`), over a `RunState` that every check
    model, build a fresh AdamW over the trainable parameters only (no weight decay on biases and
    LayerNorm weights) and its warmup schedule, and `accelerator.prepare` them. At the phase
    boundary the prepared objects are released (`accelerator.free_memory()`), the model is
-   unwrapped, `requires_grad` changes and everything is prepared again.
-   Why: DDP records the parameters that require grad when it wraps the module and only
-   all-reduces their gradients. Unfreezing parameters of an already wrapped model makes DDP
-   either error out or, worse, leave the newly trainable parameters unsynchronised so ranks
-   silently diverge. Re-wrapping after the change avoids both (tests/test_post_train.py runs two
-   processes across the boundary and checks they match the single-process run).
-   FSDP and DeepSpeed need the same re-prepare (DEVELOPERS.md, "Phases under FSDP and DeepSpeed").
+   unwrapped, `requires_grad` changes and everything is prepared again. Why: DDP all-reduces only the
+   parameters that required grad when it wrapped the module, so parameters unfrozen later would stay
+   unsynchronised and ranks would silently diverge (tests/test_post_train.py runs two processes across
+   the boundary against one); FSDP and DeepSpeed need the same (DEVELOPERS.md).
 3. Each optimiser step (`training/step.py`, `training_step`) consumes one global batch of `global_batch_size` rows, dealt to
    world_size x gradient_accumulation micro-batches. Each micro-batch loss is the sum of masked
    token losses divided by the number of masked tokens in the whole global batch (all-reduced)
    times world size, so after DDP's gradient averaging the update is exactly the global
    token-mean gradient, whatever the number of processes or accumulation steps.
 4. `evaluate` every `eval_steps` and at the end of each phase on valid (fixed seeded masks), early
-   stopping per phase on valid loss, final metrics on test; checkpoints every `save_steps`
-   (atomic, keep last K, `training/checkpointing.py`); `--resume latest` restores model,
+   stopping per phase on valid loss, final metrics on test; checkpoints every `save_steps` and at
+   the last step (atomic, keep last K, `training/checkpointing.py`); `--resume latest` restores model,
    optimiser, scheduler, RNG states, phase and data position (the data position is a function of
    the global step and masks of (seed, epoch, row), so nothing else is needed).
 5. `write_outputs`: the `save_pretrained` model with its remote code, the tokenizer,
@@ -45,6 +42,7 @@ loss (token mean over the global batch) is added with weight `wop_weight`. The h
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -180,6 +178,11 @@ def train(config: PostTrainConfig, on_step_end: Callable[[RunState], None] | Non
         refusal = ConfigError("output_dir", str(error))
     except DiskFull as error:  # a checkpoint on a full disk: the setting is fine, the space is not
         refusal = UserError(str(error))
+    except OSError as error:  # the loss log or the output folder on a full disk
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        refusal = UserError(f"no space left on the device writing {error.filename or config.output_dir}: free space "
+                            "there and continue with --resume latest (the newest checkpoint is complete)")
     # raised once the error (with the run's frames and open progress bar) is released: the bar ends its line first
     raise refusal
 
@@ -347,7 +350,9 @@ def run_phase(run: Run, state: RunState, phase_index: int, progress, *, resume_f
             tick_from, tick_tokens = state.train_time_s, 0
         if step % config.eval_steps == 0 and state.phase_step < phase.steps:
             stopped_early = evaluate_during_phase(run, state, phase)
-        if step % config.save_steps == 0 and state.phase_step < phase.steps and not stopped_early:
+        # on the cadence within a phase (a phase's last step: with the next one's optimiser), and at the run's end
+        run_end = phase_index == len(run.phases) - 1 and state.phase_step == phase.steps
+        if (step % config.save_steps == 0 and state.phase_step < phase.steps and not stopped_early) or run_end:
             run.add_wall_time(state)
             save_checkpoint(accelerator, run.output_dir, step, asdict(state), config.save_total_limit)
         if on_step_end is not None:
@@ -408,11 +413,7 @@ def write_outputs(run: Run, state: RunState) -> RunRecord:
                                                  model.config.vocab_size, model.config.vocab_size),
         accelerator=accelerator, batch_size=run.micro, collate_kwargs=run.eval_kwargs)
     run.add_wall_time(state)
-    info = hardware(accelerator)
-    info["speed"] = {"compile": run.speed.compile, "fused_adamw": run.speed.fused_adamw,
-                     "static_masked_head": run.speed.masked_capacity, "attention": run.speed.attention,
-                     "dropout_mask": run.speed.dropout_mask, "retain_cpu_memory": run.speed.retain_memory,
-                     "num_workers": run.speed.loader_workers}
+    info = hardware(accelerator, run.speed)
     if accelerator.num_processes > 1:  # every rank must hold the same weights (the DDP phase-boundary trap would break this)
         checksum = torch.stack([p.detach().double().sum() for p in model.parameters()]).to(accelerator.device)
         gathered = accelerator.gather(checksum[None]).cpu()

@@ -59,13 +59,18 @@ def get_tokenizer(config: PostTrainConfig, output_dir: Path, splits, source_fam:
     return AutoTokenizer.from_pretrained(str(trained)), str(trained)
 
 
-def hardware(accelerator) -> dict:
-    # What a reader needs to place the figures (the processor or GPU, its class, versions), not this
-    # machine's details (host platform string, core count): the summary travels with the published weights.
+def hardware(accelerator, speed: SpeedSettings) -> dict:
+    # What a reader needs to place the figures (the processor or GPU, its class, versions, the speed paths
+    # that ran), not this machine's details (host platform string, core count): the summary travels with
+    # the published weights.
     device = str(accelerator.device)
     info = {"device": device, "machine": platform.machine(), "num_processes": accelerator.num_processes,
             "mixed_precision": accelerator.mixed_precision, "torch": torch.__version__,
-            "transformers": transformers.__version__, "python": platform.python_version()}
+            "transformers": transformers.__version__, "python": platform.python_version(),
+            "speed": {"compile": speed.compile, "fused_adamw": speed.fused_adamw,
+                      "static_masked_head": speed.masked_capacity, "attention": speed.attention,
+                      "dropout_mask": speed.dropout_mask, "retain_cpu_memory": speed.retain_memory,
+                      "num_workers": speed.loader_workers}}
     if torch.cuda.is_available() and device.startswith("cuda"):
         info["gpu"] = torch.cuda.get_device_name(accelerator.device)
     else:
