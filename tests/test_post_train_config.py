@@ -171,6 +171,19 @@ def test_out_of_range_value_is_one_line_at_dry_run(flags, field, capsys):
     assert "dry run" not in out
 
 
+@pytest.mark.parametrize("rate", [float("nan"), float("inf"), 0.0])
+def test_a_phase_learning_rate_that_is_not_a_finite_positive_number_is_refused(rate):
+    c = config_from_dict({"data": "x", "phases": [{"name": "a", "steps": 10, "learning_rate": rate}]})
+    with pytest.raises(ConfigError, match=r"phases\[0\]\.learning_rate.*finite number > 0"):
+        validate_config(c, check_data=False)
+
+
+def test_an_unquoted_no_in_yaml_is_mixed_precision_no(tmp_path):
+    """YAML 1.1 reads `mixed_precision: no` as false; the config means the choice `no` (fp32)."""
+    (tmp_path / "c.yaml").write_text("data: x\nmixed_precision: no\n")
+    assert load_config(["--config", str(tmp_path / "c.yaml")]).mixed_precision == "no"
+
+
 def test_max_steps_scales_every_phase():
     c = config_from_dict({"data": "x", "train_steps": 1000, "phase1_steps": 400, "warmup_steps": 100, "max_steps": 10})
     phases = c.resolved_phases()

@@ -257,3 +257,16 @@ def test_eval_cadence_is_fixed_when_an_explicit_phase_stops_early():
     no_stop = [{"name": "a", "steps": 100}]
     shaping, free = resume_changes({"phases": no_stop, "eval_steps": 500}, {"phases": no_stop, "eval_steps": 7})
     assert shaping == {} and free == {"eval_steps": [500, 7]}
+
+
+def test_a_setting_added_since_the_checkpoint_counts_as_its_default():
+    """A checkpoint written before a config field existed ran with that field's default: the resume goes
+    on with the default and refuses another value, naming the default as the old one."""
+    from training.config import PostTrainConfig
+    from training.config_checks import resume_changes
+
+    now = json.loads(json.dumps(PostTrainConfig().to_dict()))
+    saved = {k: v for k, v in now.items() if k != "min_script_share"}
+    assert resume_changes(saved, now) == ({}, {})
+    shaping, _ = resume_changes(saved, {**now, "min_script_share": 0.0})
+    assert shaping == {"min_script_share": [0.5, 0.0]}

@@ -59,7 +59,8 @@ class PhaseConfig:
     schedule: str = field(default="linear", metadata={
         "help": "linear | cosine | constant decay after the warmup"})
     early_stopping_patience: int | None = field(default=None, metadata={
-        "help": "stop after this many evaluations without a better valid loss; None: never"})
+        "help": "stop after this many evaluations without a better valid loss (the phase keeps its last "
+                "weights, not the best evaluation's); None: never"})
 
     def groups(self) -> list[str]:
         """The parameter groups that train (`modeling_xpt.PARAMETER_GROUPS` names)."""
@@ -130,7 +131,8 @@ class PostTrainConfig:
     phase1_learning_rate: float | None = arg(None, "peak learning rate of phase 1; None: learning_rate")
     warmup_steps: int = arg(100, "linear warmup steps at the start of each phase (capped at the phase length; the paper: 1000 of 60K-100K steps)")
     lr_schedule: str = arg("linear", "linear | cosine | constant, after the warmup, within each phase")
-    early_stopping_patience: int | None = arg(None, "stop a phase after this many evaluations without a better valid loss (None: off)")
+    early_stopping_patience: int | None = arg(None, "stop a phase after this many evaluations without a better valid "
+                                                    "loss; it keeps its last weights, not the best ones (None: off)")
     global_batch_size: int = arg(256, "rows per optimiser step, over all processes and accumulation steps")
     per_device_batch_size: int | None = arg(None, "rows per forward pass per process; None: from gradient_accumulation_steps, else "
                                             "the whole per-process batch on a GPU and at most "
@@ -278,6 +280,8 @@ def _coerce(name: str, value, hint):
         raise ConfigError(name, "must not be null")
     if bool in allowed and isinstance(value, bool):
         return value
+    if name == "mixed_precision" and value is False:  # YAML 1.1 reads an unquoted `no` as false
+        return "no"
     if int in allowed and isinstance(value, int) and not isinstance(value, bool):
         return value
     if float in allowed and isinstance(value, (int, float)) and not isinstance(value, bool):

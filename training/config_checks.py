@@ -36,7 +36,10 @@ RESUME_FREE = RUN_CONTROL + ("logging_steps", "save_steps", "save_total_limit", 
 def resume_changes(saved: dict, now: dict) -> tuple[dict, dict]:
     """(shaping, free): the fields whose value differs between the settings a run was started with
     (`saved`, `PostTrainConfig.to_dict()`) and the settings it is resumed with, each as {field: [old, new]}.
-    `eval_steps` is free unless early stopping reads the evaluations."""
+    `eval_steps` is free unless early stopping reads the evaluations. A field the saved settings lack was
+    added to the config since the checkpoint was written: that run had the field's default."""
+    defaults = PostTrainConfig().to_dict()
+    saved = {**{k: defaults[k] for k in now.keys() - saved.keys() if k in defaults}, **saved}
     free_fields = set(RESUME_FREE)
     patience = [settings.get("early_stopping_patience") for settings in
                 (saved, now, *(saved.get("phases") or []), *(now.get("phases") or []))]
@@ -214,8 +217,8 @@ def _validate_phase(i: int, phase: PhaseConfig) -> None:
         if unknown:
             raise ConfigError(f"{where}.trainable_groups", f"unknown parameter group(s) {unknown} in phase "
                               f"{phase.name!r}; valid groups: {list(PARAMETER_GROUPS)}")
-    if phase.learning_rate <= 0:
-        raise ConfigError(f"{where}.learning_rate", f"must be > 0, got {phase.learning_rate}")
+    if not phase.learning_rate > 0 or not math.isfinite(phase.learning_rate):
+        raise ConfigError(f"{where}.learning_rate", f"must be a finite number > 0, got {phase.learning_rate}")
     if phase.schedule not in SCHEDULES:
         raise ConfigError(f"{where}.schedule", f"{phase.schedule!r} is not one of {SCHEDULES}")
     if not 0 <= phase.warmup_steps <= phase.steps:
