@@ -68,10 +68,15 @@ def test_output_dir_guard_resume_of_finished_run_and_checkpoint_cleanup(tiny, tm
     assert not (out / "checkpoints").exists()  # optimiser states are dropped after success
     reset_accelerate()
     assert post_train.main(run_args(tiny, out, train_steps=3, phase1_steps=1)) == 2  # would mix two runs
-    assert "`output_dir`" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "`output_dir`" in err and "holds a finished run" in err and "--resume latest" not in err
     reset_accelerate()
     again = run_inprocess(run_args(tiny, out, train_steps=3, phase1_steps=1) + ["--resume", "latest"])
     assert again == first  # finished: nothing to resume
+    reset_accelerate()  # a finished run cannot be extended by resuming it with more steps
+    assert post_train.main(run_args(tiny, out, train_steps=5, phase1_steps=1) + ["--resume", "latest"]) == 2
+    err = capsys.readouterr().err
+    assert "holds a run finished with other settings (train_steps 3 -> 5)" in err
     reset_accelerate()
     (out / "learning_curve.json").write_text("{}")  # probes of the run about to be replaced: go with it
     third = run_inprocess(run_args(tiny, out, train_steps=3, phase1_steps=1, overwrite_output_dir="true"))

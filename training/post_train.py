@@ -72,8 +72,8 @@ from training.mlm_batches import BatchSchedule, Masker, TrainMicroBatches, train
 from training.mlm_data import build_token_rows, describe_data_source
 from training.publishing import publisher, retry_command
 from training.run_record import LOSS_LOG, SUMMARY_FILE, BatchRecord, DataRecord, PhaseRecord, RunRecord
-from training.run_setup import (check_resumed_settings, claim_output_dir, dry_run, get_tokenizer, hardware, load_splits,
-                                resume_point, row_statistics, start_run)
+from training.run_setup import (check_resumed_settings, claim_output_dir, dry_run, finished_run, get_tokenizer,
+                                hardware, load_splits, resume_point, row_statistics, start_run)
 from training.step import SpeedSettings, build_optimizer, compile_for_training, training_step
 
 
@@ -192,9 +192,9 @@ def run_post_training(config: PostTrainConfig, on_step_end: Callable[[RunState],
     accelerator, speed, trackers = start_run(config)
     output_dir = Path(config.output_dir)
     claim_output_dir(config, accelerator)
-    if config.resume == "latest" and (output_dir / SUMMARY_FILE).exists():
-        accelerator.print(f"{output_dir} holds a finished run ({SUMMARY_FILE}); nothing to resume")
-        return RunRecord.read(output_dir)
+    finished = finished_run(config, output_dir, accelerator.print)
+    if finished is not None:
+        return finished
     resume_from = resume_point(config, accelerator.print)
     state = RunState.from_checkpoint(resume_from) if resume_from else RunState()
     check_resumed_settings(config, state, resume_from, accelerator.print, accelerator.num_processes, speed.mixed_precision)

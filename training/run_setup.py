@@ -25,7 +25,7 @@ from training.config import PostTrainConfig, describe_plan
 from training.config_checks import missing_data, refuse_changed_resume, resume_changes, validate_config
 from training.inputs import resolve_local
 from training.mlm_data import check_target_script, load_text_splits, row_stats, rows_fingerprint
-from training.run_record import CURVE_FILE, LOSS_LOG, SUMMARY_FILE
+from training.run_record import CURVE_FILE, LOSS_LOG, SUMMARY_FILE, RunRecord
 from training.step import SpeedSettings, cpu_class, cpu_model_name, describe_speed, resolve_speed, retain_freed_memory
 
 
@@ -146,15 +146,36 @@ def claim_output_dir(config: PostTrainConfig, accelerator: Accelerator) -> None:
     output_dir = Path(config.output_dir)
     if config.resume is not None or not (list_checkpoints(output_dir) or (output_dir / SUMMARY_FILE).exists()):
         return
+    if not config.overwrite_output_dir and (output_dir / SUMMARY_FILE).exists():
+        raise ConfigError("output_dir", f"{output_dir} already holds a finished run ({SUMMARY_FILE}): choose "
+                          "another output folder, or pass --overwrite-output-dir true to replace it")
     if not config.overwrite_output_dir:
-        raise ConfigError("output_dir", f"{output_dir} already holds a run (checkpoints or {SUMMARY_FILE}): "
-                          "continue it with --resume latest, or pass --overwrite-output-dir true")
+        raise ConfigError("output_dir", f"{output_dir} already holds an unfinished run's checkpoints: continue it "
+                          "with --resume latest, or pass --overwrite-output-dir true to start over")
     if accelerator.is_main_process:
         shutil.rmtree(output_dir / "checkpoints", ignore_errors=True)
         shutil.rmtree(output_dir / "tensorboard", ignore_errors=True)
         for name in (SUMMARY_FILE, LOSS_LOG, CURVE_FILE):  # the curve's points probed the run replaced here
             (output_dir / name).unlink(missing_ok=True)
     accelerator.wait_for_everyone()
+
+
+def finished_run(config: PostTrainConfig, output_dir: Path, log) -> RunRecord | None:
+    """With `--resume latest`, the record of a run already finished in `output_dir`: nothing is left to
+    train, but settings that would have shaped it must be the ones it ran with, else this command would
+    report a run it never made."""
+    if config.resume != "latest" or not (output_dir / SUMMARY_FILE).exists():
+        return None
+    record = RunRecord.read(output_dir)
+    if record.config:
+        shaping, _ = resume_changes(record.config, json.loads(json.dumps(config.to_dict())))
+        if shaping:
+            listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in shaping.items())
+            raise ConfigError("resume", f"{output_dir} holds a run finished with other settings ({listed}); a "
+                              "finished run trains no further: start a new run in another --output-dir, or pass "
+                              "--overwrite-output-dir true without --resume to replace it")
+    log(f"{output_dir} holds a finished run ({SUMMARY_FILE}); nothing to resume")
+    return record
 
 
 def check_resumed_settings(config: PostTrainConfig, state, resume_from: Path | None, log, world_size: int,
