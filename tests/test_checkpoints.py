@@ -109,6 +109,67 @@ def test_a_folder_in_use_is_refused_and_a_killed_holder_frees_it(tiny, tmp_path,
     assert summary["total_steps"] == 2 and not (out / ".lock").exists()
 
 
+def test_a_lock_taken_on_a_lock_file_its_holder_just_removed_is_taken_again(tmp_path, monkeypatch):
+    """A holder removes `.lock` as it ends. A run that opened the file just before and locks it just after
+    holds a lock on a removed file, which guards nothing: a third run may already hold the new `.lock`.
+    The lock is taken again on the file in place, and the third run's hold is seen."""
+    import fcntl
+
+    from training import checkpointing
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / ".lock").write_text("")
+    real_flock, third = fcntl.flock, []
+
+    def holder_ends_then_a_third_run_locks(handle, operation):
+        if not third:  # between this run's open and its flock: the old holder removes the file as it ends ...
+            (folder / ".lock").unlink()
+            other = open(folder / ".lock", "a+", encoding="utf-8")  # ... and a third run takes the new one
+            real_flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            other.write("process 4242")
+            other.flush()
+            third.append(other)
+        return real_flock(handle, operation)
+
+    monkeypatch.setattr(fcntl, "flock", holder_ends_then_a_third_run_locks)
+    try:
+        with pytest.raises(checkpointing.FolderInUse, match="in use by process 4242"):
+            with checkpointing.folder_lock(folder):
+                pass
+    finally:
+        third[0].close()
+
+
+def test_a_checkpoint_is_on_disk_before_it_is_marked_complete(tmp_path, monkeypatch):
+    """Every file and folder of a checkpoint is synced before its state file marks it complete, and the
+    folder holding the checkpoints after the rename, before older ones are pruned."""
+
+    class Single:
+        is_main_process = True
+
+        def wait_for_everyone(self):
+            pass
+
+    synced, real_fsync = [], os.fsync
+
+    def record(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real_fsync(fd)
+
+    def save_state(folder):
+        (folder / "sub").mkdir(parents=True)
+        (folder / "model.bin").write_bytes(b"w" * 10)
+        (folder / "sub" / "rng.pkl").write_bytes(b"r")
+
+    monkeypatch.setattr(os, "fsync", record)
+    final = save_checkpoint(Single(), tmp_path, 7, {"step": 7}, keep=2, save_state=save_state)
+    tmp = str(tmp_path / "checkpoints" / ".tmp-checkpoint-7")
+    state = synced.index(tmp + "/trainer_state.json")
+    assert {tmp + "/model.bin", tmp + "/sub/rng.pkl", tmp + "/sub", tmp} <= set(synced[:state])
+    assert synced[state + 1:] == [str(tmp_path / "checkpoints")] and (final / "trainer_state.json").is_file()
+
+
 def test_tensorboard_curves_hold_each_step_once_after_a_resume_and_an_overwrite(tiny, tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

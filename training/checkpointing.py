@@ -96,6 +96,22 @@ def _write_json(path: Path, data: dict) -> None:
         os.fsync(handle.fileno())
 
 
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sync_tree(folder: Path) -> None:
+    """fsync every file and folder under `folder`, and `folder`: after a power loss or a kernel crash, a
+    checkpoint marked complete is whole (hand-written: Accelerate's `save_state` does not sync)."""
+    for path in sorted(folder.rglob("*"), key=lambda p: -len(p.parts)):  # files and subfolders before their parent
+        _fsync(path)
+    _fsync(folder)
+
+
 class DiskFull(RuntimeError):
     """The device ran out of space while a checkpoint was written (its partial folder is removed)."""
 
@@ -145,6 +161,7 @@ def save_checkpoint(accelerator, output_dir, step: int, state: dict, keep: int, 
         (save_state or (lambda d: accelerator.save_state(str(d), safe_serialization=False)))(tmp)
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
+            _sync_tree(tmp)
             _write_json(tmp / STATE_FILE, state)  # written last: its presence marks a complete checkpoint
     except BaseException as error:
         _discard_partial(error, output_dir, tmp, final, keep)
@@ -155,6 +172,7 @@ def save_checkpoint(accelerator, output_dir, step: int, state: dict, keep: int, 
             shutil.rmtree(replaced, ignore_errors=True)
             os.replace(final, replaced)
         os.replace(tmp, final)
+        _fsync(root)  # the rename on disk before any older checkpoint is pruned
         shutil.rmtree(replaced, ignore_errors=True)
         # Pruned: the oldest beyond `keep` up to this step, and every later one (left by a timeline this resumed
         # run replaces: `--resume latest` must never go back to it). Renamed out of the list first, so a crash
@@ -193,15 +211,22 @@ def folder_lock(folder, enabled: bool = True):
     created = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK_FILE
-    handle = open(path, "a+", encoding="utf-8")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
+    while True:
+        handle = open(path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise FolderInUse(f"{folder} is in use by {holder}; wait for that run to end, or choose another "
+                              "output folder") from None
+        try:  # the holder before removes the file as it ends: a lock on that removed file guards nothing
+            if os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
+                break
+        except FileNotFoundError:
+            pass
         handle.close()
-        raise FolderInUse(f"{folder} is in use by {holder}; wait for that run to end, or choose another "
-                          "output folder") from None
     handle.seek(0)
     handle.truncate()
     handle.write(f"process {os.getpid()}")
