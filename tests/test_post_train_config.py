@@ -105,6 +105,21 @@ def test_push_to_hub_needs_org_and_name(tiny, tmp_path, capsys):
     assert "push_to_hub" in capsys.readouterr().err
 
 
+def test_a_run_that_pushes_needs_a_token_before_it_trains(tiny, tmp_path, capsys, monkeypatch):
+    """Without a Hugging Face token the push at the end would fail after hours of training: the run is
+    refused before it starts; the dry run (plan only) passes."""
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))  # no stored login
+    argv = run_args(tiny, tmp_path / "x", push_to_hub="my-org/xpt-tiny", hub_license="mit")
+    assert post_train.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "error: config field `push_to_hub`" in err and "no Hugging Face token" in err
+    assert not (tmp_path / "x" / "losses.jsonl").exists()
+    assert post_train.main(argv + ["--dry-run"]) == 0
+
+
 @pytest.mark.parametrize("name", ["demo", "xpt-ko-400k", "xpt-ko-4m", "shared-minilm"])
 def test_shipped_configs_dry_run_offline(name, capsys):
     assert post_train.main(["--config", str(REPO_ROOT / "configs" / f"{name}.yaml"), "--dry-run"]) == 0

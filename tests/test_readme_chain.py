@@ -134,7 +134,9 @@ def test_each_step_reads_what_the_one_before_wrote(chain):
     assert (root / corpus / "stats.json").is_file() and (root / tok / "tokenizer.json").is_file()
     assert (root / flag(chain["convert"], "--out") / "config.json").is_file()
     summary = json.loads((chain["model_dir"] / "training_summary.json").read_text(encoding="utf-8"))
-    assert summary["tokenizer"] == tok and summary["data"]["spec"] == corpus and summary["total_steps"] == 4
+    # recorded absolute, so that a card made from another folder never reads `runs/kowiki` as a Hub dataset id
+    assert summary["tokenizer"] == str((root / tok).resolve()) and summary["total_steps"] == 4
+    assert summary["data"]["spec"] == str((root / corpus).resolve())
     # the run read this folder's corpus, not one of the same name elsewhere (e.g. the repository's runs/);
     # sentences are counted as sentences, and the one longer than a row as several pieces
     prepared = json.loads((root / corpus / "stats.json").read_text())["splits"]["train"]["sentences"]

@@ -175,17 +175,18 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
 
 
 def _validate_push(c: PostTrainConfig) -> None:
-    """The repo id as the Hub validates it, and a licence for the card, before any training (the same
-    checks the push makes at the end; `training.publishing`)."""
+    """The repo id as the Hub validates it, a licence for the card and (for a run, not a dry run) a token,
+    before any training (the checks the push makes at the end; `training.publishing`)."""
     from training.publishing import publisher
 
     hub = publisher()
     local = resolve_local(c.source) if not c.source.startswith("package:") else None
     try:
         hub.check(c.push_to_hub, license=c.hub_license, method=c.method, sources=[c.source, str(local) if local else None],
-                  fix="set hub_license (`--hub-license ID`, or `hub_license: ID` in the config)")
+                  fix="set hub_license (`--hub-license ID`, or `hub_license: ID` in the config)", needs_token=not c.dry_run)
     except hub.Error as error:
-        raise ConfigError({"repo_id": "push_to_hub", "license": "hub_license"}[error.field], str(error)) from None
+        field = "hub_license" if error.field == "license" else "push_to_hub"
+        raise ConfigError(field, str(error)) from None
 
 
 def data_present(data: str) -> bool:

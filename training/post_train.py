@@ -418,11 +418,11 @@ def write_outputs(run: Run, state: RunState) -> RunRecord:
         checksum = torch.stack([p.detach().double().sum() for p in model.parameters()]).to(accelerator.device)
         gathered = accelerator.gather(checksum[None]).cpu()
         info["ranks_in_sync"] = bool((gathered == gathered[0]).all())
-    data, stats = run.data, run.stats
+    data, stats = recorded_ref(run.data), run.stats  # local paths absolute, as the source's: never a Hub id
     record = RunRecord(
         method=config.method,
         source_model=f"{config.source} ({run.source})" if config.source.startswith("package:") else recorded_ref(config.source),
-        tokenizer=run.tokenizer_ref,
+        tokenizer=recorded_ref(run.tokenizer_ref),
         data=DataRecord(spec=data, train=f"{data}:train", valid=f"{data}:valid", test=f"{data}:test" if "test" in stats else None,
                         train_sentences=stats["train"]["sentences"], train_pieces=stats["train"]["pieces"],
                         train_rows=stats["train"]["rows"],
