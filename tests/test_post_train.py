@@ -6,6 +6,7 @@ corpus of the `tiny` fixture (tests/conftest.py) on the CPU, seconds each.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -293,6 +294,29 @@ def test_trains_its_own_tokenizer_when_none_is_given(tiny, tmp_path):
     del argv[i:i + 2]
     assert run_inprocess(argv)["resumed"] is False
     assert len(AutoTokenizer.from_pretrained(crashed / "tokenizer")) < len(tok)
+
+
+def test_max_train_sentences_is_a_seeded_sample_not_the_first_sentences(tmp_path):
+    """A prepared corpus keeps its documents' order: the first N train sentences would be one topic. The
+    cut is a sample, the same in every run."""
+    from training.config import config_from_dict
+    from training.run_setup import load_splits
+
+    class Single:
+        def main_process_first(self):
+            return contextlib.nullcontext()
+
+    data = tmp_path / "prepared"
+    data.mkdir()
+    topics = ["축구 경기 결과", "요리 재료 손질", "주식 시장 동향", "여행 숙소 예약"]
+    (data / "train.txt").write_text("".join(f"{t} {i}\n" for t in topics for i in range(50)), encoding="utf-8")
+    for split in ("valid", "test"):
+        (data / f"{split}.txt").write_text("오늘 날씨 맑음\n" * 5, encoding="utf-8")
+    config = config_from_dict({"data": str(data), "max_train_sentences": 20, "cache_dir": str(tmp_path / "cache")})
+    texts = load_splits(config, str(data), Single())["train"]["text"]
+    assert len(texts) == 20 and len(set(texts)) == 20
+    assert {t.rsplit(" ", 1)[0] for t in texts} == set(topics)  # every part of the corpus, not the first topic
+    assert load_splits(config, str(data), Single())["train"]["text"] == texts
 
 
 def test_push_to_hub_from_the_config_uploads_the_saved_folder(tiny, tmp_path, monkeypatch):

@@ -245,7 +245,7 @@ def prepare_run(config: PostTrainConfig, accelerator: Accelerator, speed: SpeedS
         log(f"max_seq_length {config.max_seq_length} is more than the model's {row_length} positions: "
             f"rows of {row_length} tokens")
     cache_key = {"data": describe_data_source(data), "data_config": config.data_config, "streaming": config.streaming,
-                 "valid": config.valid_size, "test": config.test_size, "max_train": config.max_train_sentences,
+                 "valid": config.valid_size, "test": config.test_size, "max_train_sampled": config.max_train_sentences,
                  "max_eval": config.max_eval_sentences, "text_column": config.text_column}
     with accelerator.main_process_first():
         rows = build_token_rows(splits, tokenizer, max_seq_length=row_length, packing=config.packing,

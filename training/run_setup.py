@@ -247,8 +247,9 @@ def load_splits(config: PostTrainConfig, data: str, accelerator: Accelerator) ->
     if "valid" not in splits:
         raise ConfigError("valid_size", f"0 holds out no valid split from {data}, and the phases evaluate and "
                                         "stop early on it: give valid_size > 0 (test_size 0 is fine)")
-    if config.max_train_sentences:
-        splits["train"] = splits["train"].select(range(min(config.max_train_sentences, len(splits["train"]))))
+    if config.max_train_sentences and config.max_train_sentences < len(splits["train"]):
+        # a seeded sample, not the first sentences: a prepared corpus keeps its documents' order, topic after topic
+        splits["train"] = splits["train"].shuffle(seed=0).select(range(config.max_train_sentences))
     if config.max_eval_sentences:
         for split in ("valid", "test"):
             if split in splits:
