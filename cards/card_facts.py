@@ -6,7 +6,9 @@ its sentence out. The words themselves are in the template.
 from __future__ import annotations
 
 import math
+import re
 import statistics
+from pathlib import Path
 
 from training.inputs import looks_like_hub_id
 from training.methods import METHODS
@@ -15,7 +17,7 @@ from training.run_record import RunRecord
 from .data_sources import describe_task, locate_spec
 from .folder import FolderInfo, hub_source_id, safetensors_parameter_count
 from .public import public_ref
-from .widgets import CLASSIFICATION_EXAMPLES, PAIR_EXAMPLE, USAGE_EXAMPLE
+from .widgets import PAIR_EXAMPLE, USAGE_EXAMPLE, is_sentence_pair, task_spec
 
 # Metrics of training_summary.json: (key, model-index type, display name), in the card's order.
 INTRINSIC_METRICS = [
@@ -32,6 +34,10 @@ INTRINSIC_METRICS = [
 METRIC_DIGITS = {"perplexity": 2, "mean_rank": 2}
 DOWNSTREAM_DIGITS = 2
 TESTED_TRANSFORMERS = ">=5.17"  # the range this package is tested on (pyproject.toml)
+COMMIT_ID = re.compile(r"[0-9a-f]{40}")  # a Hub commit id (a revision that pins the files; a branch does not)
+# source family -> the stock masked-LM class its XPT model exports to (modeling_xpt.to_stock)
+STOCK_CLASSES = {"bert": "BertForMaskedLM", "roberta": "RobertaForMaskedLM", "xlm-roberta": "XLMRobertaForMaskedLM",
+                 "electra": "ElectraForMaskedLM"}
 
 
 def fmt_int(value) -> str:
@@ -261,29 +267,59 @@ def _floor_methods(results: list[dict]) -> list[str]:
     return [f"{features} with {' or '.join(dict.fromkeys(names))}" for features, names in estimators.items()]
 
 
-def usage_facts(info: FolderInfo, repo_ref: str, widgets: list[dict], revision: str | None) -> dict:
-    """The usage code: where the model loads from (`repo_ref`, pinned to `revision` when given),
-    which Auto class, the pipeline's input (the first widget example, else a hand-written Korean
-    sentence; a sentence-pair task gets two texts)."""
-    example, pair_example = USAGE_EXAMPLE, PAIR_EXAMPLE
-    spec = ((info.own_results or {}).get("task_spec") or {}) if info.is_fine_tuned else {}
-    first = widgets[0]["text"] if widgets else example
-    call = repr(first)
-    if len(spec.get("text_columns") or []) == 2:  # a sentence-pair task: the pipeline takes both texts
-        # the built-in widgets are unrelated reviews: a pair of sentences that belong together instead
-        own = widgets and widgets[0]["text"] not in CLASSIFICATION_EXAMPLES
-        second = widgets[1]["text"] if own and len(widgets) > 1 else pair_example[1]
-        call = repr({"text": first if own else pair_example[0], "text_pair": second})
+def usage_facts(info: FolderInfo, repo_ref: str, widgets: list[dict], revision: str | None,
+                pair: tuple[str, str] = PAIR_EXAMPLE) -> dict:
+    """The usage code: where the model loads from (`repo_ref`, pinned to `revision` when given; `pinned`:
+    a commit id, not a branch), which Auto class, the pipeline's input (the first widget example, else a
+    hand-written Korean sentence; a sentence-pair task and a sentence encoder get the two texts of `pair`)."""
+    spec = task_spec(info)
+    call = repr(widgets[0]["text"] if widgets else USAGE_EXAMPLE)
+    if is_sentence_pair(info):  # the pipeline takes both texts
+        call = repr({"text": pair[0], "text_pair": pair[1]})
     return {"repo_ref": repo_ref, "revision": repr(revision) if revision else None,
+            "pinned": bool(revision and COMMIT_ID.fullmatch(revision)), "pair": repr(list(pair)),
             "auto_class": info.auto_class or "AutoModel", "call": call, "mask_token": info.mask_token,
             "label_column": spec.get("label_column", "score"), "tested_transformers": TESTED_TRANSFORMERS}
+
+
+def layout_facts(info: FolderInfo, xpt_config: dict | None = None) -> dict:
+    """The layers of the XPT model around its encoder layers: `itl`, the implicit translation layers it has
+    (from its config.json: a stock export's card gets its XPT model's as `xpt_config`, else the method's; None
+    where neither is known), `reused` (the encoder layers are the English model's: not for Scratch) and the
+    stock masked-LM class of its source family (None where unknown)."""
+    config = info.config if info.config.get("model_type") == "xpt" else (xpt_config or {})
+    method = info.method
+    if config.get("model_type") == "xpt":
+        itl = [name for name, key in (("ITL_in", "use_itl_in"), ("ITL_out", "use_itl_out")) if config.get(key, True)]
+    else:
+        itl = (["ITL_in", "ITL_out"] if METHODS[method].itl else []) if method in METHODS else None
+    family = config.get("source_architecture") or config.get("source_model_type") or info.config.get("model_type")
+    return {"itl": itl, "reused": method != "scratch", "stock_class": STOCK_CLASSES.get(family),
+            "stock_classes": list(STOCK_CLASSES.values())}
+
+
+def package_licence() -> str | None:
+    """The licence of the `xpt` package (pyproject.toml's `license`), whose files configuration_xpt.py and
+    modeling_xpt.py a custom-code folder carries."""
+    from importlib.metadata import PackageNotFoundError, metadata
+
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    if pyproject.is_file():
+        found = re.search(r'^license\s*=\s*"([^"]+)"', pyproject.read_text(encoding="utf-8"), re.MULTILINE)
+        if found:
+            return found.group(1)
+    try:
+        meta = metadata("xpt")
+    except PackageNotFoundError:
+        return None
+    return meta.get("License-Expression") or meta.get("License") or None
 
 
 def task_facts(info: FolderInfo) -> dict:
     """The fine-tuning task a fine-tuned model was trained on, as far as its card's words depend on it."""
     own = info.own_results if info.is_fine_tuned else None
-    spec = (own or {}).get("task_spec") or {}
-    base = {"task_type": spec.get("task_type"), "pair_task": len(spec.get("text_columns") or []) == 2}
+    spec = task_spec(info)
+    base = {"task_type": spec.get("task_type"), "pair_task": is_sentence_pair(info)}
     if not own:
         return {**base, "fine_tuned_on": None}
     task = describe_task(own.get("task"))
@@ -296,6 +332,6 @@ def licence_facts(info: FolderInfo, known_data: list[tuple[str, str, str]]) -> d
     spec = info.data_spec
     tasks = [describe_task(result.get("task")) for result in info.results]
     return {"known_data": [{"name": name, "description": description, "licence": licence}
-                           for name, description, licence in known_data],
+                           for name, description, licence in known_data], "code": package_licence(),
             "data_ref": public_ref(locate_spec(spec), "corpus") if spec and not known_data else None,
             "task_licences": [{"name": task[0], "licence": task[1]} for task in tasks if task]}

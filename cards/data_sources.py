@@ -33,8 +33,13 @@ KNOWN_TASKS = {
                "text-classification", "Spearman x 100"),
     "nsmc": ("NSMC movie-review sentiment (github e9t/nsmc)", "CC0 1.0", "text-classification", "accuracy"),
 }
-# Fine-tuning task name -> (Hub dataset id, config) where the task's data is on the Hub.
+# Fine-tuning task name -> (Hub dataset id, config) where the task's data is on the Hub, for tasks whose
+# results.json does not name it (KorSTS is read from the files kakaobrain/kor_nlu was built from).
 TASK_HUB_DATASETS = {"korsts": ("kakaobrain/kor_nlu", "sts"), "nsmc": ("e9t/nsmc", None)}
+# ... and which of the Hub dataset's splits each split of fine-tuning is (NSMC on the Hub has no dev split:
+# fine-tuning takes one out of train)
+TASK_HUB_SPLITS = {"korsts": {"train": "train", "dev": "validation", "test": "test"},
+                   "nsmc": {"train": "train", "test": "test"}}
 
 
 def locate_spec(spec: str | None) -> str | None:
@@ -88,3 +93,25 @@ def describe_task(task: str | None) -> tuple[str, str, str, str] | None:
 def task_hub_dataset(task: str | None) -> tuple[str, str | None] | None:
     """(Hub dataset id, config) of a fine-tuning task, where it has one."""
     return TASK_HUB_DATASETS.get(str(task).lower()) if task else None
+
+
+def hub_split(result: dict, split: str) -> tuple[str, str | None, str] | None:
+    """(Hub dataset id, config, the Hub dataset's split) that a results.json's `split` score was measured on,
+    when it is that dataset's own split as published: None for a split held out of train (`--hold-out-test`,
+    `--hold-out-dev`, or a dev split that the Hub dataset lacks), a sample of a split (`--max-eval-samples`)
+    or a task without a Hub dataset."""
+    spec = result.get("task_spec") or {}
+    if spec.get("hub"):
+        hub, splits = tuple(spec["hub"]) + (None,), spec.get("hub_splits") or {}
+    else:
+        name = str(result.get("task")).lower()
+        hub, splits = TASK_HUB_DATASETS.get(name), TASK_HUB_SPLITS.get(name, {})
+    if not hub or split not in splits:
+        return None
+    settings = result.get("hyperparameters") or {}
+    if settings.get("hold_out_test") and split == "test" or settings.get("hold_out_dev") and split in ("dev", "test"):
+        return None
+    limit, count = settings.get("max_eval_samples"), (result.get("num_examples") or {}).get(split)
+    if limit is not None and split != "train" and (not isinstance(count, int) or count >= limit):
+        return None
+    return hub[0], hub[1], splits[split]

@@ -9,6 +9,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tokenization.errors import UserError
 from training.inputs import looks_like_hub_id
 from training.run_record import RESULTS_FILE, SUMMARY_FILE, RunRecord
 
@@ -92,7 +93,12 @@ class FolderInfo:
 
     @property
     def is_fine_tuned(self) -> bool:
-        return self.pipeline_tag not in ("fill-mask", "feature-extraction")
+        """A task head, or this folder's own results.json recording the fine-tuning run that saved it (the
+        STS bi-encoder keeps no head: its encoder is the fine-tuned model)."""
+        if self.pipeline_tag not in ("fill-mask", "feature-extraction"):
+            return True
+        own = self.own_results or {}
+        return bool(own.get("task")) and own.get("mode") != "probe"
 
     @property
     def is_untrained(self) -> bool:
@@ -131,12 +137,21 @@ class FolderInfo:
         return None
 
 
+def has_tokenizer_files(path: Path) -> bool:
+    """Whether the folder holds a tokenizer (tokenizer.json or vocabulary files)."""
+    return any((Path(path) / name).is_file() for name in TOKENIZER_FILES)
+
+
 def load_tokenizer(model_dir: str | Path):
     """The folder's tokenizer through AutoTokenizer. The tokenizer itself is plain `tokenizers` JSON:
-    no remote code is run (the config's auto_map is for the model; declining it avoids the prompt)."""
+    no remote code is run (the config's auto_map is for the model; declining it avoids the prompt).
+    A folder without tokenizer files is refused in one line (AutoTokenizer would blame sentencepiece)."""
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
+    if not has_tokenizer_files(Path(model_dir)):
+        raise UserError(f"{model_dir} has no tokenizer (tokenizer.json or vocabulary files): save the model's "
+                        "tokenizer into it (tokenizer.save_pretrained), then run this again")
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # "model of type xpt to instantiate a model of type ''" is expected here
     try:
@@ -148,7 +163,7 @@ def load_tokenizer(model_dir: str | Path):
 def tokenizer_facts(path: Path) -> dict:
     """Mask token, vocabulary size and class of the folder's tokenizer (loaded with AutoTokenizer,
     no remote code). Empty dict when there is no loadable tokenizer."""
-    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+    if not has_tokenizer_files(path):
         return {}
     try:
         tokenizer = load_tokenizer(path)

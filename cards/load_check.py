@@ -5,7 +5,9 @@ working directory, no PYTHONPATH and a fresh HF_MODULES_CACHE, so only installed
 visible. The project's own packages are additionally blocked on the import system (an editable
 install of `modeling_xpt` would otherwise be importable), and the script checks that
 `import modeling_xpt` fails before it loads anything: the model must come from the folder's
-remote code alone. Prints one line `LOADCHECK {json}` and exits 0 when everything worked.
+remote code alone. The examples are texts, or {"text", "text_pair"} dicts for a sentence-pair
+model (the text-classification pipeline takes one as a single input). Prints one line
+`LOADCHECK {json}` and exits 0 when everything worked.
 
 This file imports nothing from the project and is not imported by it.
 """

@@ -19,6 +19,9 @@ held-out corpus sentences for any other language. The licence is `--license`, el
 source's known licence (`cards/licenses.py`: SOURCE_LICENSES, or a local source folder's own card);
 otherwise the CLI asks for it. Local paths never appear: sources, tokenizers and data are named by
 Hub id or described ("local corpus (3 files)").
+
+The options are recorded in `card_options.json` beside the card (`cards.card_options`; never
+uploaded), so that `xpt-push` writes the card again with them.
 """
 from __future__ import annotations
 
@@ -26,26 +29,29 @@ import argparse
 import sys
 from pathlib import Path
 
-from tokenization.errors import report_error
+from tokenization.errors import UserError, report_error
 from training.inputs import looks_like_hub_id
 
 from .card_facts import (
     DOWNSTREAM_DIGITS,
     INTRINSIC_METRICS,
     METRIC_DIGITS,
+    fmt_int,
     is_number,
+    layout_facts,
     licence_facts,
     made_facts,
     results_facts,
     task_facts,
     usage_facts,
 )
-from .data_sources import describe_data, describe_task, locate_spec, task_hub_dataset
+from .card_options import save_card_options
+from .data_sources import describe_data, describe_task, hub_split, locate_spec, task_hub_dataset
 from .folder import CARD_FILE, GENERATED_MARKER, FolderInfo, hub_source_id, inspect_folder, load_tokenizer
 from .language import DEFAULT_LANGUAGE, language_name, resolve_language
 from .licenses import UNSPECIFIED_LICENSE, resolve_license
 from .public import public_ref
-from .widgets import widgets_for
+from .widgets import pair_example, widgets_for
 
 TEMPLATE = Path(__file__).resolve().parent / "model_card.md"
 
@@ -55,9 +61,17 @@ TEMPLATE = Path(__file__).resolve().parent / "model_card.md"
 # ----------------------------------------------------------------------------------------------
 
 
+def check_base_model(base_model: str | None) -> None:
+    """`--base-model` must be a Hub id: the card's `base_model` links to it (a local folder is described instead)."""
+    if base_model and not looks_like_hub_id(base_model):
+        raise UserError(f"--base-model {base_model!r} is not a Hub model id: give the model's id on the Hub "
+                        "(ORG/NAME), or leave --base-model out and the card describes the local model")
+
+
 def resolve_base_model(info: FolderInfo, override: str | None = None) -> str | None:
     """Hub id of the model this one was made from, or None (never a local path)."""
     if override:
+        check_base_model(override)
         return override
     if info.is_fine_tuned and info.own_results:
         # the model it was fine-tuned from (the post-trained encoder), by Hub id; a local folder has none
@@ -72,45 +86,68 @@ def resolve_base_model(info: FolderInfo, override: str | None = None) -> str | N
     return None
 
 
+def score_dataset(result: dict, split: str) -> dict:
+    """The model-index dataset of a fine-tuning score on `split`: the Hub dataset and its split where the score
+    is on that split as published (`data_sources.hub_split`), else a description of the data, with no split."""
+    task_name = str(result.get("task"))
+    task = describe_task(task_name)
+    hub = hub_split(result, split)
+    if hub:
+        return {"dataset_type": hub[0], "dataset_config": hub[1], "dataset_split": hub[2],
+                "dataset_name": task[0] if task else task_name}
+    settings = result.get("hyperparameters") or {}
+    held_test, held_dev = settings.get("hold_out_test"), settings.get("hold_out_dev")
+    if held_dev and split == "dev":
+        kind, what = "held-out-dev", f"train, {fmt_int(held_dev)} examples held out as dev"
+    elif held_dev and split == "test":
+        kind, what = "dev-as-test", "dev split, scored as the test split"
+    elif held_test and split == "test":
+        kind, what = "held-out-test", f"train, {fmt_int(held_test)} examples held out as test"
+    else:
+        kind, what = split, f"{split} split"
+    count, limit = (result.get("num_examples") or {}).get(split), settings.get("max_eval_samples")
+    if limit is not None and split != "train" and is_number(count) and count >= limit:
+        kind, what = f"{kind}-sample", f"{what}, a sample of {fmt_int(count)}"
+    return {"dataset_type": f"{task_name}-{kind}", "dataset_name": f"{task_name} {what}"}
+
+
 def eval_results(info: FolderInfo, data_name: str):
     """The model-index entries: the intrinsic metrics of post-training (not for a fine-tuned model,
-    which does not fill masks) and, per results.json, the mean over seeds and this checkpoint's own scores."""
+    which does not fill masks) on the post-training corpus's own held-out split (not a split of the Hub
+    dataset it came from) and, per results.json, the mean over seeds and this checkpoint's own scores."""
     from huggingface_hub import EvalResult
 
     results = []
     metrics = info.record.final_metrics if info.record else {}
     split = (info.record.final_metrics_split if info.record else None) or "test"
-    hub_ids, _ = describe_data(locate_spec(info.data_spec))
-    dataset_type = hub_ids[0] if hub_ids else "held-out-text"
     for key, metric_type, name in INTRINSIC_METRICS:
-        if is_number(metrics.get(key)) and not info.is_fine_tuned:  # a classifier does not fill masks
+        if is_number(metrics.get(key)) and not info.is_fine_tuned:  # a fine-tuned model is not scored on masks
             results.append(EvalResult(
                 task_type="fill-mask", task_name="Masked language modelling (held-out text)",
-                dataset_type=dataset_type, dataset_name=data_name, dataset_split=split,
+                dataset_type="held-out-text", dataset_name=f"{data_name}, {split} split",
                 metric_type=metric_type, metric_name=name,
                 metric_value=round(float(metrics[key]), METRIC_DIGITS.get(key, 4))))
+    # the bi-encoder's score is the cosine of two sentence vectors
+    encoder = info.pipeline_tag == "feature-extraction"
     for result in info.results:
         task = describe_task(result.get("task"))
         value = result.get("mean")
         if not is_number(value):
             continue
         task_name = str(result.get("task"))
-        hub = task_hub_dataset(task_name)
+        task_type = "sentence-similarity" if encoder and result is info.own_results else task[2] if task else \
+            "text-classification"
         saved = result.get("saved_model") if result is info.own_results else None
         for split in ("test", "dev"):  # this checkpoint's own scores (its seed, its best dev epoch)
             if saved and is_number(saved.get(split)):
                 results.append(EvalResult(
-                    task_type=task[2] if task else "text-classification", task_name=task[0] if task else task_name,
-                    dataset_type=hub[0] if hub else task_name, dataset_config=hub[1] if hub else None,
-                    dataset_name=task[0] if task else task_name, dataset_split=split,
+                    task_type=task_type, task_name=task[0] if task else task_name, **score_dataset(result, split),
                     metric_type=str(result.get("metric", "score")),
                     metric_name=f"{result.get('metric', 'score')} (this model: seed {saved.get('seed')})",
                     metric_value=round(float(saved[split]), DOWNSTREAM_DIGITS)))
         results.append(EvalResult(
-            task_type=task[2] if task else "text-classification", task_name=task[0] if task else task_name,
-            dataset_type=hub[0] if hub else task_name, dataset_config=hub[1] if hub else None,
-            dataset_name=task[0] if task else task_name,
-            dataset_split=str(result.get("split", "test")), metric_type=str(result.get("metric", "score")),
+            task_type=task_type, task_name=task[0] if task else task_name,
+            **score_dataset(result, str(result.get("split", "test"))), metric_type=str(result.get("metric", "score")),
             metric_name=f"{result.get('metric', 'score')} (mean of {len(result.get('scores') or [])} seeds)",
             metric_value=round(float(value), DOWNSTREAM_DIGITS)))
     return results
@@ -158,17 +195,19 @@ def build_metadata(info: FolderInfo, tokenizer, *, model_name: str, license: str
 def build_card_from(info: FolderInfo, tokenizer, *, repo_id: str | None = None, license: str | None = None,
                     base_model: str | None = None, datasets: list[str] = (), stock_repo_id: str | None = None,
                     custom_repo_id: str | None = None, variant: str | None = None, revision: str | None = None,
-                    require_license: bool = False, language: str | None = None, widgets: list[str] | None = None):
+                    require_license: bool = False, language: str | None = None, widgets: list[str] | None = None,
+                    xpt_config: dict | None = None):
     """The ModelCard of an inspected folder (`inspect_folder`) with its tokenizer; the options are
     those of :func:`build_card`."""
     from huggingface_hub import ModelCard
 
+    check_base_model(base_model)
     variant = variant or ("stock" if info.is_stock else "custom")
     # the option names the English source of a post-trained folder; of a fine-tuned one, the model it was
     # fine-tuned from (its English source is that model's); a stock export's base_model may be its XPT repo
     english_source = None if info.is_fine_tuned else base_model
     custom_repo = custom_repo_id.split("@")[0] if custom_repo_id else None
-    if variant == "stock" and custom_repo and not base_model and custom_repo != repo_id:
+    if variant == "stock" and custom_repo and not base_model and custom_repo != repo_id and looks_like_hub_id(custom_repo):
         base_model = custom_repo  # not when both live in one repo: a model is not its own base
     license = resolve_license(info, license, required=require_license, base_model=base_model)
     language = resolve_language(info, language)
@@ -185,7 +224,9 @@ def build_card_from(info: FolderInfo, tokenizer, *, repo_id: str | None = None, 
         fine_tuned_from=resolve_base_model(info, base_model) if info.is_fine_tuned else None,
         **task_facts(info),
         made=made_facts(info, tokenizer, lang, english_source=english_source),
-        usage=usage_facts(info, repo_id or str(info.path), widget_list, revision if repo_id else None),
+        usage=usage_facts(info, repo_id or str(info.path), widget_list, revision if repo_id else None,
+                          pair=pair_example(info, language, widgets)),
+        layout=layout_facts(info, xpt_config),
         results=results_facts(info),
         stock_repo_id=stock_repo_id, has_adapters=bool(info.config.get("adapter_size")),
         custom_ref=custom_repo_id,
@@ -204,20 +245,25 @@ def build_card(model_dir: str | Path, *, results: list[str | Path] = (), **optio
     (the weights' licence; without it the English source's known licence, else LicenseUnknown with
     `require_license`, or a card that says the licence is not stated), `base_model`, `datasets`
     (extra Hub dataset ids), `stock_repo_id` (where the stock export is published), `custom_repo_id`
-    (for a stock export: its XPT repo, also its `base_model`), `language` (ISO 639 code) and `widgets`
-    (widget example texts)."""
+    (for a stock export: its XPT repo, also its `base_model`), `language` (ISO 639 code), `widgets`
+    (widget example texts; the first two are a sentence-pair model's example) and `xpt_config` (for a
+    stock export: the config.json of the XPT model it was exported from, for its layers)."""
     info = inspect_folder(model_dir, results)
     return build_card_from(info, load_tokenizer(info.path), **options)
 
 
-def write_card(model_dir: str | Path, overwrite: bool = False, **kwargs) -> Path:
-    """Write README.md; a card somebody edited (no GENERATED_MARKER line) is replaced only with `overwrite`."""
+def write_card(model_dir: str | Path, overwrite: bool = False, remember: bool = True, **kwargs) -> Path:
+    """Write README.md; a card somebody edited (no GENERATED_MARKER line) is replaced only with `overwrite`.
+    With `remember`, the card's options go to card_options.json beside it (never uploaded), which
+    `cards.push` writes the card again with."""
     out = Path(model_dir) / CARD_FILE
     if out.is_file() and GENERATED_MARKER not in out.read_text(encoding="utf-8") and not overwrite:
         raise ValueError(f"{out} was written or edited by hand (no generated-card marker); pass --overwrite "
                          "to replace it, or move it away")
     card = build_card(model_dir, **kwargs)
     card.save(out)
+    if remember:
+        save_card_options(model_dir, kwargs)
     return out
 
 

@@ -1,8 +1,9 @@
 """What may leave this machine: Hub ids and plain descriptions, never local paths or user names.
 
 The uploaded copies of ``config.json`` and ``training_summary.json`` and the generated card go
-through :func:`public_ref` / :func:`public_summary` / :func:`public_config`; :func:`find_local_paths`
-is the last check on every staged text file before an upload.
+through :func:`public_ref` / :func:`public_summary` / :func:`public_config` (and
+``tokenizer_config.json`` through :func:`portable_tokenizer_config`); :func:`find_local_paths` is the
+last check on every staged text file before an upload.
 """
 from __future__ import annotations
 
@@ -157,6 +158,16 @@ def public_config(config: dict) -> dict:
         if isinstance(out.get(key), str) and out[key] and _local(out[key]):
             out[key] = public_ref(out[key], "model") if key == "source_name_or_path" else ""
     return _walk(out)
+
+
+def portable_tokenizer_config(config: dict) -> dict:
+    """tokenizer_config.json as uploaded: ``PreTrainedTokenizerFast`` where transformers 5 wrote
+    ``TokenizersBackend`` (transformers 4.x loads it), without load-time keys."""
+    from modeling_xpt.tokenizer_files import BACKEND_CLASSES, LOAD_TIME_KEYS, TOKENIZER_CLASS
+
+    if config.get("tokenizer_class") not in BACKEND_CLASSES:
+        return config
+    return {**{k: v for k, v in config.items() if k not in LOAD_TIME_KEYS}, "tokenizer_class": TOKENIZER_CLASS}
 
 
 def find_local_paths(text: str) -> list[str]:

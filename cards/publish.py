@@ -5,18 +5,22 @@ nothing from cards/, which builds on it.
 """
 from __future__ import annotations
 
+from tokenization.errors import UserError
+
 from .licenses import known_license, license_id_problem, license_unknown
+from .make_card import check_base_model
 from .push import PushError, check_repo_id, find_token, hub_offline, push_to_hub
 
 Error = PushError
 
 
 def check(repo_id: str, *, needs_token: bool = False, sources: list | None = None, license: str | None = None,
-          method: str | None = None, fix: str = "pass --license ID") -> None:
+          method: str | None = None, fix: str = "pass --license ID", base_model: str | None = None) -> None:
     """Before any training: `repo_id` valid on the Hub; when `needs_token`, the Hub reachable with a
     token; when `sources` is given, a licence for the weights (`license`, else the first known one among
     `sources`: the English source and the models a fine-tune started from; `fix` names the option that
-    sets it). Raises `PushError` with `field` "repo_id", "token" or "license" and a one-line message."""
+    sets it); `base_model` (the card's, when given) a Hub id. Raises `PushError` with `field` "repo_id",
+    "token", "license" or "base_model" and a one-line message."""
     problem = None
     try:
         check_repo_id(repo_id)
@@ -31,6 +35,11 @@ def check(repo_id: str, *, needs_token: bool = False, sources: list | None = Non
         problem = ("license", str(license_unknown(method, next((s for s in sources if s), None), fix=fix)))
     if problem is None and license and license_id_problem(license):
         problem = ("license", license_id_problem(license))
+    if problem is None:
+        try:
+            check_base_model(base_model)
+        except UserError as error:
+            problem = ("base_model", str(error))
     if problem is not None:
         error = PushError(problem[1])
         error.field = problem[0]

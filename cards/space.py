@@ -15,6 +15,7 @@ PYTHONPATH, so only the model folder's remote code is used) on 127.0.0.1:PORT un
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -23,7 +24,7 @@ from training.inputs import looks_like_hub_id
 
 from .folder import inspect_folder, load_tokenizer
 from .language import language_name, resolve_language
-from .widgets import CLASSIFICATION_EXAMPLES, fill_mask_widgets
+from .widgets import CLASSIFICATION_EXAMPLES, fill_mask_widgets, visible_token
 
 REQUIREMENTS = ["torch>=2.4", "transformers>=5.17,<6", "tokenizers>=0.21", "safetensors>=0.4"]
 
@@ -42,13 +43,16 @@ MODEL = os.environ.get("XPT_MODEL", {model_ref!r})
 # The model commit this demo was written for (None: the repo's latest); XPT_MODEL loads that model's latest.
 REVISION = None if os.environ.get("XPT_MODEL") else {revision!r}
 TASK = {task!r}
-TRUST_REMOTE_CODE = {trust!r}  # the XPT model code lives in the model repo (configuration_xpt.py, modeling_xpt.py)
+TRUST_REMOTE_CODE = {trust!r}  # True: the XPT model code lives in the model repo; False: a stock export
 DEFAULT_TOP_K = {top_k!r}
 LANGUAGE = {language!r}
 EXAMPLES = {examples!r}
 
 pipe = pipeline(TASK, model=MODEL, revision=REVISION, trust_remote_code=TRUST_REMOTE_CODE)
 MASK = pipe.tokenizer.mask_token
+
+
+{visible_token_source}
 
 
 def predict(text, top_k):
@@ -60,8 +64,8 @@ def predict(text, top_k):
         if text.count(MASK) != 1:
             raise gr.Error(f"Put exactly one {{MASK}} where a word is missing.")
         preds = pipe(text, top_k=top_k)
-        rows = [[i + 1, p["token_str"], f"{{p['score']:.4f}}", p["sequence"]] for i, p in enumerate(preds)]
-        return {{f"{{i + 1}}. {{p['token_str']}}": float(p["score"]) for i, p in enumerate(preds)}}, rows
+        rows = [[i + 1, visible_token(p["token_str"]), f"{{p['score']:.4f}}", p["sequence"]] for i, p in enumerate(preds)]
+        return {{f"{{i + 1}}. {{visible_token(p['token_str'])}}": float(p["score"]) for i, p in enumerate(preds)}}, rows
     preds = sorted(pipe(text, top_k=None), key=lambda p: -p["score"])[:top_k]
     rows = [[i + 1, p["label"], f"{{p['score']:.4f}}"] for i, p in enumerate(preds)]
     return {{p["label"]: float(p["score"]) for p in preds}}, rows
@@ -103,7 +107,7 @@ def _gradio_version() -> str | None:
 
 
 def space_readme(*, title: str, model_ref: str, repo_id: str | None, task: str, license: str,
-                 sdk_version: str | None, language: str = "ko") -> str:
+                 sdk_version: str | None, language: str = "ko", trust_remote_code: bool = True) -> str:
     from huggingface_hub import SpaceCard, SpaceCardData
 
     name = language_name(language)
@@ -116,8 +120,11 @@ def space_readme(*, title: str, model_ref: str, repo_id: str | None, task: str, 
             f"Gradio demo of the {name} XPT (cross-lingual post-training) model `{model_ref}`: "
             + ("type a sentence with the mask token, get the top-k tokens that fit." if task == "fill-mask"
                else "type a sentence, get the class probabilities."), "",
-            "Written by `xpt-space`. The model code is loaded from the model repository with "
-            "`trust_remote_code=True`; the environment variable `XPT_MODEL` selects another model."]
+            "Written by `xpt-space`. " + ("The model code is loaded from the model repository with "
+                                          "`trust_remote_code=True`" if trust_remote_code else
+                                          "The model is a stock transformers model: it loads without custom code "
+                                          "(`trust_remote_code=False`)")
+            + "; the environment variable `XPT_MODEL` selects another model."]
     if not repo_id:
         body += ["", "**Before deploying**: this app points at a local folder; set `XPT_MODEL` (Space variable) "
                  "to the Hub repo of the model, or rewrite the folder with `--repo-id`."]
@@ -177,14 +184,15 @@ def write_space(model_dir: str | Path, out: str | Path, *, repo_id: str | None =
     app = APP_TEMPLATE.format(model_label=repo_id or info.path.resolve().name, model_ref=model_ref, task=task,
                               language=name,
                               revision=revision if repo_id else None,
-                              trust=not info.is_stock, top_k=int(top_k), examples=examples)
+                              trust=not info.is_stock, top_k=int(top_k), examples=examples,
+                              visible_token_source=inspect.getsource(visible_token).strip())
     compile(app, "app.py", "exec")  # a template error must fail here, not in the Space
     (out / "app.py").write_text(app, encoding="utf-8")
     (out / "requirements.txt").write_text("\n".join(REQUIREMENTS) + "\n", encoding="utf-8")
     title = f"XPT {name} {task}: {(repo_id or info.path.resolve().name).split('/')[-1]}"
     (out / "README.md").write_text(space_readme(title=title, model_ref=model_ref, repo_id=repo_id, task=task,
                                                 license=license, sdk_version=sdk_version or _gradio_version(),
-                                                language=language),
+                                                language=language, trust_remote_code=not info.is_stock),
                                    encoding="utf-8")
     return out
 

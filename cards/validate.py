@@ -20,7 +20,7 @@ from .folder import (
     CODE_FILES,
     PICKLE_SUFFIXES,
     STOCK_MODEL_TYPES,
-    TOKENIZER_FILES,
+    has_tokenizer_files,
     tokenizer_facts,
     upload_files,
 )
@@ -132,7 +132,7 @@ def _check_config(path: Path, report: Report, fmt: str) -> dict:
 
 
 def _check_tokenizer(path: Path, report: Report, config: dict) -> dict:
-    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+    if not has_tokenizer_files(path):
         report.errors.append("no tokenizer (tokenizer.json or vocabulary files) in the folder")
         return {}
     if not (path / "tokenizer_config.json").is_file():

@@ -112,10 +112,38 @@ def classification_widgets(texts: list[str] | None = None) -> list[dict]:
     return [{"text": text, "example_title": f"예시 {i + 1}"} for i, text in enumerate(CLASSIFICATION_EXAMPLES)]
 
 
+def task_spec(info: FolderInfo) -> dict:
+    """The task a fine-tuned folder was trained on (its results.json's `task_spec`; empty otherwise)."""
+    return ((info.own_results or {}).get("task_spec") or {}) if info.is_fine_tuned else {}
+
+
+def is_sentence_pair(info: FolderInfo) -> bool:
+    """Fine-tuned on pairs of texts: its pipeline, and its card's usage code, take both."""
+    return len(task_spec(info).get("text_columns") or []) == 2
+
+
+def pair_example(info: FolderInfo, language: str = DEFAULT_LANGUAGE, texts: list[str] | None = None) -> tuple[str, str]:
+    """The two texts of a sentence-pair example: the first two of `texts` (given by the user), else for a
+    language other than Korean two held-out sentences of the post-training corpus, else a hand-written
+    Korean pair that belongs together."""
+    if not texts and language != DEFAULT_LANGUAGE:
+        texts = held_out_sentences(locate_spec(info.data_spec))
+    return (texts[0], texts[1]) if texts and len(texts) > 1 else PAIR_EXAMPLE
+
+
+def visible_token(text) -> str:
+    """A fill-mask answer as a reader can see it: the bare word-start piece decodes to nothing."""
+    text = str(text)
+    return text if text.strip() else "[word start]"
+
+
 def widgets_for(info: FolderInfo, tokenizer, language: str = DEFAULT_LANGUAGE, texts: list[str] | None = None) -> list[dict]:
     """Widget examples: `texts` (given by the user), else for a language other than Korean the
     held-out sentences of the post-training corpus, else the hand-written Korean sentences. Empty
-    for pipelines other than fill-mask and text classification."""
+    for pipelines other than fill-mask and text classification, and for a sentence-pair model (the
+    Hub's text-classification widget takes one text)."""
+    if info.pipeline_tag not in ("fill-mask", "text-classification") or is_sentence_pair(info):
+        return []
     if not texts and language != DEFAULT_LANGUAGE:
         texts = held_out_sentences(locate_spec(info.data_spec))
         if not texts:
@@ -123,6 +151,4 @@ def widgets_for(info: FolderInfo, tokenizer, language: str = DEFAULT_LANGUAGE, t
                              "split here; pass --widget TEXT (repeatable)")
     if info.pipeline_tag == "fill-mask":
         return fill_mask_widgets(tokenizer, texts=texts)
-    if info.pipeline_tag == "text-classification":
-        return classification_widgets(texts)
-    return []
+    return classification_widgets(texts)

@@ -188,7 +188,11 @@ def test_card_metadata_round_trips_through_huggingface_hub(xpt_dir, tmp_path):
     assert values[("text-classification", "spearman")] == 79.97
     sts = [r for r in results if r.task_type == "text-classification"][0]
     assert (sts.dataset_type, sts.dataset_config) == ("kakaobrain/kor_nlu", "sts")  # the task's Hub dataset
-    assert all(r.dataset_split == "test" for r in results)
+    assert sts.dataset_split == "test"  # KorSTS's own test split, as published
+    # the MLM metrics are on the test split of the prepared corpus, which wikimedia/wikipedia (train only) lacks
+    intrinsic = [r for r in results if r.task_type == "fill-mask"]
+    assert intrinsic and all(r.dataset_type == "held-out-text" and r.dataset_split is None for r in intrinsic)
+    assert all(r.dataset_name == "Korean held-out text (wikimedia/wikipedia), test split" for r in intrinsic)
     mask = json.loads((folder / "tokenizer_config.json").read_text())["mask_token"]
     assert mask == "[MASK]" and all(w["text"].count(mask) == 1 for w in raw["widget"]) and len(raw["widget"]) >= 2
     assert validate_folder(folder).ok, validate_folder(folder).format()
@@ -324,7 +328,8 @@ def test_card_from_real_tiny_trained_folder_contains_its_numbers(trained_dir):
     for key in ("loss", "perplexity", "hits@1", "hits@3", "hits@5", "hits@10", "mrr", "mean_rank"):
         assert metrics[key] == round(summary["final_metrics"][key], 2 if key in ("perplexity", "mean_rank") else 4)
         assert fmt_float(summary["final_metrics"][key], 2 if key in ("perplexity", "mean_rank") else 4) in text
-    assert meta["model-index"][0]["results"][0]["dataset"]["split"] == summary["final_metrics_split"]
+    dataset = meta["model-index"][0]["results"][0]["dataset"]  # the corpus's own split, named, not a Hub split
+    assert "split" not in dataset and dataset["name"].endswith(f", {summary['final_metrics_split']} split")
     data = summary["data"]
     for expected in (f"{fmt_int(summary['total_steps'])} optimiser steps", f"{fmt_int(summary['tokens_seen'])} tokens seen",
                      f"{fmt_int(data['train_sentences'])} train sentences", f"{fmt_int(data['train_tokens'])} train tokens",
@@ -567,9 +572,15 @@ def test_push_uploads_the_staged_files_in_one_call(trained_dir, no_token, monkey
     card = files["README.md"].decode()
     assert 'model="org/xpt-ko-tiny", revision=\'v1\'' in card and call["card_text"] == card  # regenerated for the repo id
     assert result.commit_url.endswith("/commit/0123") and result.commit == "0123"
-    pinned = call["pin_card"]("0123abcd")  # what hub_upload commits next: the same card pinned to the files' commit
-    assert pinned == card.replace("revision='v1'", "revision='0123abcd'") and "revision='v1'" not in pinned
-    assert pinned.count("revision='0123abcd'") == card.count("revision='v1'") >= 3
+    commit = "0123abcd" * 5
+    pinned = call["pin_card"](commit)  # what hub_upload commits next: the same card pinned to the files' commit
+    assert "revision='v1'" not in pinned and pinned.count(f"revision='{commit}'") == card.count("revision='v1'") >= 3
+    # a branch is not pinned: the card says so until the second commit pins it
+    assert "pins the files" not in card and "loads the latest files of that branch" in card
+    assert "pins the files this card was published with" in pinned and "latest files of that branch" not in pinned
+    lines, pinned_lines = card.splitlines(), pinned.replace(commit, "v1").splitlines()
+    changed = [(old, new) for old, new in zip(lines, pinned_lines) if old != new]  # that sentence alone changes
+    assert len(lines) == len(pinned_lines) and len(changed) == 1 and "pins the files" in changed[0][1]
 
 
 def test_nothing_local_leaks_into_the_upload(trained_dir, no_token, monkeypatch):
@@ -597,7 +608,7 @@ def test_nothing_local_leaks_into_the_upload(trained_dir, no_token, monkeypatch)
     assert summary["final_metrics"] == json.loads((trained_dir / "training_summary.json").read_text())["final_metrics"]
     meta = front_matter_text(files["README.md"].decode())
     dataset = meta["model-index"][0]["results"][0]["dataset"]
-    assert dataset["type"] == "held-out-text" and dataset["name"] == "Korean held-out text (local corpus (1 file))"
+    assert dataset["type"] == "held-out-text" and dataset["name"].startswith("Korean held-out text (local corpus (1 file)), ")
     assert "local corpus (1 file)" in files["README.md"].decode()
 
 
@@ -663,7 +674,8 @@ def test_card_names_the_hub_dataset_a_prepared_corpus_came_from(xpt_dir, tmp_pat
     meta = card.data.to_dict()
     assert meta["datasets"] == ["wikimedia/wikipedia"]
     result = meta["model-index"][0]["results"][0]
-    assert result["dataset"]["type"] == "wikimedia/wikipedia" and result["metrics"][0]["value"] == 30.12
+    assert result["dataset"] == {"type": "held-out-text", "name": "Korean held-out text (wikimedia/wikipedia), test split"}
+    assert result["metrics"][0]["value"] == 30.12
     assert str(tmp_path) not in str(card) and "CC BY-SA 4.0" in card.text
     assert "wikimedia/wikipedia" in public_module.public_summary(
         json.loads((folder / "training_summary.json").read_text()))["data"]["datasets"]
@@ -819,8 +831,9 @@ def test_text_classification_widgets_work_with_the_pipeline(classifier_dir):
     assert meta["pipeline_tag"] == "text-classification"
     assert all("[MASK]" not in w["text"] for w in meta["widget"])
     results = meta["model-index"][0]["results"]
-    assert results[0]["metrics"][0]["value"] == 70.88 and results[0]["dataset"]["split"] == "dev"  # 70.875 as reported
-    assert results[0]["dataset"]["type"] == "e9t/nsmc"
+    assert results[0]["metrics"][0]["value"] == 70.88  # 70.875 as reported
+    # e9t/nsmc has no dev split (fine-tuning takes one out of train): the dev scores name no Hub split
+    assert results[0]["dataset"] == {"type": "nsmc-dev", "name": "nsmc dev split"}
     pipe = pipeline(meta["pipeline_tag"], model=str(classifier_dir), trust_remote_code=True)
     for widget in meta["widget"]:
         out = pipe(widget["text"], top_k=None)
@@ -1196,3 +1209,266 @@ def test_a_sentence_pair_models_card_shows_a_pair_and_its_demo_is_refused(classi
     assert repr({"text": PAIR_EXAMPLE[0], "text_pair": PAIR_EXAMPLE[1]}) in text
     with pytest.raises(ValueError, match="fine-tuned on paws-x \\(pair, 2 texts in\\); the demo takes one text"):
         write_space(folder, tmp_path / "app", license="mit")
+
+
+# ----------------------------------------------------------------------------------------------
+# What a card says, by the folder: options kept by a push, fine-tuned encoders, data splits, layers
+# ----------------------------------------------------------------------------------------------
+
+
+def test_a_push_writes_the_card_with_the_options_xpt_card_was_given(trained_dir, tmp_path, no_token, monkeypatch):
+    """README step 5 runs xpt-card, then xpt-push: the push's card keeps every xpt-card option (the push's own
+    override them and are logged), also for a card written before its options were recorded beside it."""
+    folder = copy_folder(trained_dir, tmp_path / "m")
+    ft = {"task": "korsts", "metric": "spearman", "model": str(folder), "seeds": [0], "scores": [61.5], "mean": 61.5,
+          "std": 0.0, "split": "test", "runs": []}
+    (tmp_path / "ft.json").write_text(json.dumps(ft), encoding="utf-8")
+    cli("-m", "cards.make_card", "--model-dir", str(folder), "--license", "cc-by-4.0", "--base-model", "org/english-bert",
+        "--results", str(tmp_path / "ft.json"), "--dataset", "org/extra-data", "--widget", "나는 도서관에서 책을 읽었다.",
+        check=0)
+
+    def pushed_card(**options):
+        logs = []
+        result = push_module.push_to_hub(folder, "org/x", dry_run=True, load_check=False, log=logs.append,
+                                         require_license=True, **options)
+        assert "card_options.json" not in {name for name, _ in result.files}  # it stays on this machine
+        return front_matter_text(result.card_text), logs
+
+    meta, logs = pushed_card()
+    assert meta["license"] == "cc-by-4.0" and meta["base_model"] == "org/english-bert"
+    written = front_matter(folder / "README.md")  # the card xpt-card wrote
+    assert "org/extra-data" in meta["datasets"] and meta["widget"] == written["widget"] and len(meta["widget"]) == 1
+    assert any(r["task"]["type"] == "text-classification" for r in meta["model-index"][0]["results"])  # --results
+    assert any("--results" in line and "--license cc-by-4.0" in line for line in logs), logs
+    meta, logs = pushed_card(license="mit")  # the push's own option wins, and says so
+    assert meta["license"] == "mit" and meta["base_model"] == "org/english-bert"
+    assert any("--license mit (was cc-by-4.0)" in line for line in logs), logs
+    (tmp_path / "ft.json").rename(tmp_path / "moved.json")
+    with pytest.raises(push_module.PushError, match=r"results file .*ft\.json, which the card was written with, does "
+                                                    r"not exist: pass --results"):
+        pushed_card()
+    (folder / "card_options.json").unlink()  # a card written before the options were kept: its metadata says them
+    meta, _ = pushed_card()
+    assert meta["license"] == "cc-by-4.0" and meta["base_model"] == "org/english-bert"
+    assert no_token.calls == []
+
+
+def _sts_encoder(base, xpt_dir, folder: Path, model: str) -> Path:
+    """A folder as STS fine-tuning saves its bi-encoder: an XPTModel with the run's results.json."""
+    from modeling_xpt import XPTModel
+
+    XPTModel.from_pretrained(str(xpt_dir)).save_pretrained(folder)
+    base["tokenizer"].save_pretrained(folder)
+    (folder / "training_summary.json").write_text(json.dumps(SUMMARY), encoding="utf-8")
+    results = {"task": "korsts", "metric": "spearman", "model": model, "seeds": [0, 1], "scores": [70.5, 69.5],
+               "mean": 70.0, "std": 0.71, "split": "test", "mode": "finetune",
+               "runs": [{"seed": 0, "dev": 72.0, "test": 70.5, "best_epoch": 2},
+                        {"seed": 1, "dev": 71.0, "test": 69.5, "best_epoch": 1}],
+               "task_spec": {"name": "korsts", "task_type": "regression", "text_columns": ["sentence1", "sentence2"],
+                             "label_column": "score", "label_range": [0.0, 5.0], "hub": None},
+               "hyperparameters": {"pair_encoding": "bi", "sts_loss": "cosent", "hold_out_test": 0},
+               "saved_model": {"seed": 0, "best_epoch": 2, "dev": 72.0, "test": 70.5, "kind": "full"}}
+    (folder / "results.json").write_text(json.dumps(results), encoding="utf-8")
+    return folder
+
+
+def test_a_fine_tuned_sentence_encoder_gets_a_fine_tuned_card_whose_usage_code_runs(base, xpt_dir, tmp_path, capsys):
+    """The STS bi-encoder keeps no head: its own results.json makes it fine-tuned. Its base model is the model it
+    was fine-tuned from, its model-index holds no MLM metrics, its words speak of a sentence encoder, and its
+    usage code computes the cosine of the two mean-pooled sentence vectors."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from cards.widgets import PAIR_EXAMPLE
+
+    folder = _sts_encoder(base, xpt_dir, tmp_path / "sts", model="org/xpt-ko")
+    card = build_card(folder, license="mit")
+    meta, text = card.data.to_dict(), card.text
+    assert meta["base_model"] == "org/xpt-ko" and meta["pipeline_tag"] == "feature-extraction"
+    results = meta["model-index"][0]["results"]
+    assert {r["task"]["type"] for r in results} == {"sentence-similarity"}  # no perplexity or Hits of the MLM
+    assert "A Korean sentence encoder, fine-tuned on KorSTS" in text and "fills masks" not in text
+    assert "| **0 (this model)** | 2 | 72.00 | 70.50 |" in text  # its fine-tuning run's seeds
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(code, "usage", "exec"), {})
+    printed = float(capsys.readouterr().out.strip().splitlines()[-1])
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    model = AutoModel.from_pretrained(str(folder), trust_remote_code=True).eval()
+    vectors = []
+    for sentence in PAIR_EXAMPLE:
+        with torch.no_grad():
+            hidden = model(**tokenizer(sentence, return_tensors="pt")).last_hidden_state[0]
+        vectors.append(hidden.mean(0))
+    assert math.isclose(printed, float(torch.cosine_similarity(*vectors, dim=0)), rel_tol=1e-4, abs_tol=1e-5)
+    local = _sts_encoder(base, xpt_dir, tmp_path / "sts-local", model=str(xpt_dir))  # from a local folder: no base_model
+    assert "base_model" not in build_card(local, license="mit").data.to_dict()
+
+
+def test_the_model_index_names_a_hub_split_only_for_the_split_as_published(classifier_dir, tmp_path):
+    folder = copy_folder(classifier_dir, tmp_path / "nsmc")
+    results = json.loads((folder / "results.json").read_text())
+    results.update(split="test", runs=[{"seed": 0, "dev": 71.25, "test": 70.0, "best_epoch": 1}],
+                   hyperparameters={"hold_out_test": 5000, "max_eval_samples": None}, num_examples={"test": 5000},
+                   saved_model={"seed": 0, "best_epoch": 1, "dev": 71.25, "test": 70.0})
+    (folder / "results.json").write_text(json.dumps(results), encoding="utf-8")
+    korsts = {"task": "korsts", "metric": "spearman", "model": "x", "seeds": [0], "scores": [70.1], "mean": 70.1,
+              "split": "dev", "runs": [], "hyperparameters": {"max_eval_samples": None}}
+    sampled = {**korsts, "split": "test", "hyperparameters": {"max_eval_samples": 200}, "num_examples": {"test": 200}}
+    paths = []
+    for name, result in (("korsts", korsts), ("sampled", sampled)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(result), encoding="utf-8")
+    entries = build_card(folder, results=paths, license="mit").data.to_dict()["model-index"][0]["results"]
+    datasets = [entry["dataset"] for entry in entries]
+    # NSMC's scores are on 5,000 held-out train reviews and its dev split is not e9t/nsmc's: no Hub split named
+    assert {"type": "nsmc-held-out-test", "name": "nsmc train, 5,000 examples held out as test"} in datasets
+    assert {"type": "nsmc-dev", "name": "nsmc dev split"} in datasets
+    assert {"type": "kakaobrain/kor_nlu", "config": "sts", "split": "validation",  # KorSTS dev as published
+            "name": "KorSTS semantic textual similarity (github kakaobrain/KorNLUDatasets)"} in datasets
+    assert {"type": "korsts-test-sample", "name": "korsts test split, a sample of 200"} in datasets
+    assert {d["type"] for d in datasets if "split" in d} == {"kakaobrain/kor_nlu"}, datasets
+
+
+def test_the_card_words_the_layers_the_model_has(base, trained_dir, tmp_path):
+    """No ITLs (use_itl_in/out false) or Scratch: no card claims ITLs or reused layers the model lacks; the
+    stock class named is the source family's."""
+    from modeling_xpt import from_source
+
+    folder = tmp_path / "no-itl"
+    from_source(str(base["source"]), base["tokenizer"], use_itl_in=False, use_itl_out=False).save_pretrained(folder)
+    base["tokenizer"].save_pretrained(folder)
+    text = build_card(folder, license="mit").text
+    assert "with new Korean embeddings that have not been trained" in text and "implicit translation layers that" not in text
+    assert "no implicit translation layers" in text and "two more layers" not in text
+    assert "exactly a stock `BertForMaskedLM` with the same layers" in text
+    stock = push_module.push_to_hub(folder, "org/x-stock", fmt="stock", dry_run=True, load_check=False, license="mit",
+                                    log=lambda *_: None).card_text
+    assert "ITL_in" not in stock and "become the first and last" not in stock
+    assert "(the reused layers of the XPT model, which has no implicit translation layers)" in stock
+
+    scratch = copy_folder(trained_dir, tmp_path / "scratch")
+    summary = json.loads((scratch / "training_summary.json").read_text())
+    (scratch / "training_summary.json").write_text(json.dumps({**summary, "method": "scratch"}))
+    stock = push_module.push_to_hub(scratch, "org/s-stock", fmt="stock", dry_run=True, load_check=False, license="mit",
+                                    log=lambda *_: None).card_text
+    assert "(ITL_in, the encoder layers and ITL_out of the XPT model" in stock  # Scratch reuses no layer
+    assert "the reused layers of" not in stock and "frozen reused layers" not in stock
+    config = json.loads((scratch / "config.json").read_text())
+    for family, cls in (("xlm-roberta", "XLMRobertaForMaskedLM"), ("electra", "ElectraForMaskedLM")):
+        (scratch / "config.json").write_text(json.dumps({**config, "source_architecture": family}))
+        assert f"exactly a stock `{cls}` with two more layers (ITL_in first, ITL_out last)" in build_card(
+            scratch, license="mit").text
+
+
+def test_a_base_model_that_is_not_a_hub_id_is_refused_in_one_line(trained_dir, tmp_path):
+    from cards import publish
+
+    folder = copy_folder(trained_dir, tmp_path / "m")
+    proc = cli("-m", "cards.make_card", "--model-dir", str(folder), "--license", "mit", "--base-model",
+               "../models/roberta-base", check=2)
+    assert proc.stderr.count("\n") == 1 and "--base-model '../models/roberta-base' is not a Hub model id" in proc.stderr
+    with pytest.raises(push_module.PushError, match="--base-model '/data/bert' is not a Hub model id.*nothing uploaded"):
+        push_module.push_to_hub(folder, "org/x", dry_run=True, load_check=False, license="mit", base_model="/data/bert",
+                                log=lambda *_: None)
+    with pytest.raises(push_module.PushError, match="is not a Hub model id") as error:  # before fine-tuning trains
+        publish.check("org/x", base_model="../models/roberta-base")
+    assert error.value.field == "base_model"
+    publish.check("org/x", base_model="FacebookAI/roberta-base")
+
+
+def test_a_sentence_pair_model_has_no_single_text_widget_and_its_load_check_runs_a_pair(classifier_dir, tmp_path):
+    from cards.widgets import PAIR_EXAMPLE
+
+    folder = copy_folder(classifier_dir, tmp_path / "pair")
+    results = json.loads((folder / "results.json").read_text())
+    results["task_spec"] = {"name": "paws-x", "task_type": "pair", "text_columns": ["sentence1", "sentence2"],
+                            "label_column": "label"}
+    (folder / "results.json").write_text(json.dumps(results), encoding="utf-8")
+    assert "widget" not in build_card(folder, license="mit").data.to_dict()
+    result = push_module.push_to_hub(folder, "org/x-pair", dry_run=True, license="mit", log=lambda *_: None)
+    assert "widget" not in front_matter_text(result.card_text)
+    outputs = result.load_check["outputs"]
+    assert [o["text"] for o in outputs] == [{"text": PAIR_EXAMPLE[0], "text_pair": PAIR_EXAMPLE[1]}]
+    assert {p["label"] for p in outputs[0]["predictions"]} == {"부정", "긍정"}
+
+
+def test_a_failed_push_dry_run_of_fine_tuning_is_retried_as_a_dry_run(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from training import finetune
+    from training.publishing import retry_command
+
+    class Hub:
+        Error = push_module.PushError
+
+        @staticmethod
+        def push(*args, **kwargs):
+            raise push_module.PushError("the folder does not load (nothing uploaded)")
+
+    monkeypatch.setattr(finetune, "publisher", lambda: Hub)
+    args = SimpleNamespace(license="mit", base_model=None, push_to_hub="org/x", hub_private=False, push_dry_run=True)
+    with pytest.raises(finetune.PushFailed) as error:
+        finetune.publish(args, tmp_path / "model")
+    assert f"run `xpt-push --model-dir {tmp_path / 'model'} --repo-id org/x --dry-run --license mit`" in str(error.value)
+    assert "--dry-run" not in retry_command(tmp_path, "org/x", license="mit")  # a real push is retried as one
+
+
+def test_the_licence_section_states_the_weights_and_the_code_apart(trained_dir):
+    import tomllib
+
+    code_licence = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["license"]
+    text = build_card(trained_dir, license="cc-by-4.0").text
+    assert "Model weights: `cc-by-4.0`." in text and "Model weights and code" not in text
+    code = next(line for line in text.splitlines() if line.startswith("Model code (`configuration_xpt.py`"))
+    assert f"`{code_licence}`" in code and "cc-by-4.0" not in code
+    stock = build_card(trained_dir, license="cc-by-4.0", variant="stock").text
+    assert "Model code" not in stock  # a stock export carries no code of the package
+
+
+def test_a_folder_without_tokenizer_files_is_named_as_such(trained_dir, tmp_path):
+    from cards.space import write_space
+
+    folder = tmp_path / "no-tokenizer"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors", "training_summary.json", *CODE_FILES):
+        shutil.copy(trained_dir / name, folder)
+    proc = cli("-m", "cards.make_card", "--model-dir", str(folder), "--license", "mit", check=2)
+    assert proc.stderr.count("\n") == 1 and "has no tokenizer" in proc.stderr and "sentencepiece" not in proc.stderr
+    with pytest.raises(ValueError, match="has no tokenizer"):
+        write_space(folder, tmp_path / "app", license="mit")
+
+
+def test_the_usage_code_says_a_branch_is_not_pinned(trained_dir):
+    branch = build_card(trained_dir, repo_id="org/x", revision="dev", license="mit").text
+    assert "revision='dev'" in branch and "pins the files" not in branch
+    assert "`revision='dev'` loads the latest files of that branch" in branch
+    commit = build_card(trained_dir, repo_id="org/x", revision="a1" * 20, license="mit").text
+    assert f"`revision='{'a1' * 20}'` pins the files this card was published with" in commit
+
+
+def test_the_space_shows_a_word_start_answer_and_a_stock_space_needs_no_remote_code(trained_dir, tmp_path):
+    """The app (run here with stand-ins for gradio and the pipeline) shows the bare word-start piece as the push
+    log does; a stock export's Space neither asks for nor mentions trust_remote_code=True."""
+    from types import ModuleType, SimpleNamespace
+    from unittest import mock
+
+    from cards.space import write_space
+    from cards.push import visible_token
+
+    app = write_space(trained_dir, tmp_path / "app", repo_id="org/x")
+    predictions = [{"token_str": "", "score": 0.6, "sequence": "a", "token": 5},
+                   {"token_str": "영화", "score": 0.3, "sequence": "b", "token": 6}]
+    fake_pipe = mock.Mock(return_value=predictions, tokenizer=SimpleNamespace(mask_token="[MASK]"))
+    transformers = ModuleType("transformers")
+    transformers.pipeline = lambda *args, **kwargs: fake_pipe
+    namespace = {"__name__": "space_app"}
+    with mock.patch.dict(sys.modules, {"gradio": mock.MagicMock(), "transformers": transformers}):
+        exec(compile((app / "app.py").read_text(encoding="utf-8"), "app.py", "exec"), namespace)
+    labels, rows = namespace["predict"]("이 [MASK] 재미있다.", 2)
+    assert list(labels) == [f"1. {visible_token('')}", "2. 영화"] and [row[1] for row in rows] == ["[word start]", "영화"]
+
+    stock = tmp_path / "stock"
+    cli("-m", "training.export_stock", str(trained_dir), str(stock), check=0)
+    space = write_space(stock, tmp_path / "stock-app", repo_id="org/x-stock", license="mit")
+    readme = (space / "README.md").read_text(encoding="utf-8")
+    assert "trust_remote_code=True" not in readme and "loads without custom code" in readme
+    assert "TRUST_REMOTE_CODE = False" in (space / "app.py").read_text(encoding="utf-8")

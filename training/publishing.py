@@ -27,10 +27,12 @@ def publisher(name: str = "hub"):
 
 
 def retry_command(model_dir, repo_id: str, *, private: bool = False, license: str | None = None,
-                  base_model: str | None = None) -> str:
+                  base_model: str | None = None, dry_run: bool = False) -> str:
     """The `xpt-push` command that repeats a failed push with every choice the user made: a push that failed
-    before the repo existed must not create it public, or with another licence or base model, on retry."""
+    before the repo existed must not create it public, or with another licence or base model, on retry; a
+    failed dry run is retried as a dry run, never as an upload."""
     words = ["xpt-push", "--model-dir", str(model_dir), "--repo-id", repo_id] + (["--private"] if private else [])
+    words += ["--dry-run"] if dry_run else []
     for flag, value in (("--license", license), ("--base-model", base_model)):
         words += [flag, value] if value else []
     return subprocess.list2cmdline(words) if os.name == "nt" else shlex.join(words)  # each shell's quoting
