@@ -569,6 +569,18 @@ def sts_run(tmp_path_factory):
     return {"code": code, "stdout": stdout.getvalue(), "out": out, "model": model_dir, "data": data}
 
 
+def test_a_base_model_that_is_not_a_hub_id_is_refused_before_fine_tuning(tmp_path, capsys):
+    """The card's base_model names a Hub repo: a local path would leak into the published metadata, so it is
+    refused in one line before anything trains."""
+    model_dir = xpt_model_dir(tmp_path / "xpt", word_tokenizer("bert", KOREAN_WORDS))
+    code = finetune.main(["--model", str(model_dir), "--task", "korsts", "--data-dir", str(toy_sts_dir(tmp_path / "d")),
+                          "--output-dir", str(tmp_path / "out"), "--no-progress", "--push-to-hub", "org/xpt-toy-sts",
+                          "--push-dry-run", "--license", "apache-2.0", "--base-model", "../models/roberta-base"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "--base-model '../models/roberta-base' is not a Hub model id" in errors[0]
+    assert not (tmp_path / "out" / "runs").exists()
+
+
 def test_the_saved_model_is_the_best_dev_seed_at_its_best_epoch(sts_run):
     from transformers import AutoModelForSequenceClassification
 
@@ -620,7 +632,7 @@ def test_push_dry_run_of_the_saved_model_and_its_card(sts_run, tmp_path):
     metrics = {(r["dataset"]["split"], m["name"]): m["value"] for r in meta["model-index"][0]["results"]
                for m in r["metrics"]}
     assert metrics[("test", f"spearman (this model: seed {saved['seed']})")] == round(saved["test"], 2)
-    assert metrics[("dev", f"spearman (this model: seed {saved['seed']})")] == round(saved["dev"], 2)
+    assert metrics[("validation", f"spearman (this model: seed {saved['seed']})")] == round(saved["dev"], 2)
     assert metrics[("test", "spearman (mean of 3 seeds)")] == round(results["mean"], 2)
     assert not any("perplexity" in name or "hits" in name for _, name in metrics)  # no fill-mask claims
     for run in results["runs"]:  # every seed's dev and test, this checkpoint's marked
@@ -1140,6 +1152,28 @@ def test_mixed_precision_auto_follows_the_hardware(monkeypatch):
     for native, expected in ((True, "bf16"), (False, "no")):
         monkeypatch.setattr(step, "cpu_has_fast_bf16", lambda native=native: native)
         assert step.auto_mixed_precision("cpu") == expected
+
+
+def test_the_precision_auto_picks_is_resolved_before_the_checks_and_recorded(monkeypatch, tmp_path):
+    """`--mixed-precision auto` is resolved once, before anything reads it: results.json records what ran
+    (bf16 and fp32 runs are told apart by `xpt-compare`), and a rerun with `auto` on the same machine is
+    the same run, not one with another option."""
+    from training import finetune_cli, step
+
+    monkeypatch.setattr(step, "cpu_has_fast_bf16", lambda: True)
+    args = finetune_cli.build_parser().parse_args(["--model", "m", "--task", "nsmc", "--output-dir", str(tmp_path),
+                                                   "--device", "cpu"])
+    finetune_cli.resolve_options(args)
+    assert args.mixed_precision == "bf16"
+    recorded = finetune_cli.hyperparameters(args, get_task("nsmc"))
+    assert recorded["mixed_precision"] == "bf16"
+    (tmp_path / "results.json").write_text(json.dumps({"model": "m", "task": "nsmc", "mode": args.mode, "seeds": [0],
+                                                       "peft": None, "data_seed": args.data_seed,
+                                                       "hyperparameters": recorded}))
+    again = finetune_cli.build_parser().parse_args(["--model", "m", "--task", "nsmc", "--output-dir", str(tmp_path),
+                                                    "--device", "cpu"])
+    finetune_cli.resolve_options(again)
+    finetune_cli.check_reused_folder(again, [0], get_task("nsmc"))
 
 
 def test_hub_qa_drops_unanswerable_questions():

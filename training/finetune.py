@@ -163,10 +163,8 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
     """Train from `args.model` with `seed`; keep the best-dev epoch's weights; return (run record, model)."""
     import torch
 
-    from training.step import WarmupSchedule, auto_mixed_precision, weight_decay_groups
+    from training.step import WarmupSchedule, weight_decay_groups
 
-    if args.mixed_precision == "auto":
-        args.mixed_precision = auto_mixed_precision(device.type)
     set_seed(seed)
     if args.pair_encoding == "bi":
         from transformers import AutoModel
@@ -378,7 +376,7 @@ def publish(args, model_dir: Path) -> None:
         hub.push(model_dir, args.push_to_hub, private=args.hub_private, dry_run=args.push_dry_run,
                  require_license=True, **card)
     except hub.Error as error:
-        retry = retry_command(model_dir, args.push_to_hub, private=args.hub_private, **card)
+        retry = retry_command(model_dir, args.push_to_hub, private=args.hub_private, dry_run=args.push_dry_run, **card)
         raise PushFailed(f"push to {args.push_to_hub} failed: {error}. The model is saved in {model_dir}; after "
                          f"fixing that, run `{retry}`") from None
 

@@ -150,11 +150,16 @@ def resolve_options(args) -> None:
     """Set, once and before any check reads them, the options whose value follows from others or from the
     machine: `--device auto` (cuda when available, else cpu), `--save-model`
     under `--mode probe` (none: a probe is a scikit-learn estimator over frozen states, nothing to save) and
-    `--trust-remote-code` (also true for folders this package wrote, `trusts_remote_code`)."""
+    `--trust-remote-code` (also true for folders this package wrote, `trusts_remote_code`), and
+    `--mixed-precision auto` (bf16 where the device runs it natively, else no: `auto_mixed_precision`)."""
     import torch
+
+    from training.step import auto_mixed_precision
 
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.mixed_precision == "auto":
+        args.mixed_precision = auto_mixed_precision(torch.device(args.device).type)
     if args.mode == "probe":
         args.save_model = "none"
     args.trust_remote_code = trusts_remote_code(args.model, args.trust_remote_code)
@@ -266,7 +271,8 @@ def check_publishable(args, spec: TaskSpec, config, post_training: dict[str, Any
     hub = publisher()
     try:
         hub.check(args.push_to_hub, license=args.license, method=method, fix="pass --license ID",
-                  sources=[english, args.base_model, args.model, (post_training or {}).get("source_model")])
+                  sources=[english, args.base_model, args.model, (post_training or {}).get("source_model")],
+                  base_model=args.base_model)
     except hub.Error as error:
         raise TaskDataError(f"--push-to-hub: {error}") from None
 
@@ -278,7 +284,7 @@ def hyperparameters(args, spec: TaskSpec) -> dict[str, Any]:
     that changing it neither refuses a rerun in the same folder nor shows as another setting."""
     names = ["batch_size", "learning_rate", "epochs", "warmup_ratio", "weight_decay", "max_length", "patience",
              "max_train_samples", "max_eval_samples", "hold_out_test", "hold_out_dev", "max_grad_norm", "pooling",
-             "pair_encoding", "speed_paths"]
+             "pair_encoding", "speed_paths", "mixed_precision"]
     if args.peft == "lora":
         names += ["lora_r", "lora_alpha", "lora_dropout"]
     if spec.task_type == "qa":
