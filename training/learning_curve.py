@@ -107,8 +107,8 @@ def learning_curve(run: str | Path, tasks: dict[str, str], max_train_samples: in
         write_curve(run, curve)
         print(f"step {step}: " + ", ".join(f"{n} {r['mean']['score']:.2f}" for n, r in reads.items()), flush=True)
 
-    for step, checkpoint in checkpoints:
-        if (steps is None or step in steps) and step not in done:
+    for step, checkpoint in checkpoints:  # the run's last step: read from the finished model, below, when there is one
+        if (steps is None or step in steps) and step not in done and not (finished and step == total):
             with tempfile.TemporaryDirectory(prefix="xpt-curve-") as tmp:
                 folder = checkpoint_model(run, checkpoint, run_config(run, checkpoint, config_file), Path(tmp))
                 add(step, read_state(checkpoint)["tokens_seen"], folder)

@@ -32,7 +32,7 @@ from typing import Any, Callable
 import numpy as np
 
 from training import metrics_downstream
-from training.tasks import TaskSpec
+from training.tasks import TaskDataError, TaskSpec
 
 C_GRID = (0.1, 1.0, 10.0)  # logistic regression: inverse regularisation, chosen on dev
 ALPHA_GRID = (0.1, 1.0, 10.0, 100.0)  # ridge: regularisation, chosen on dev
@@ -187,6 +187,10 @@ def probe(model_dir: str | Path, spec: TaskSpec, splits: dict[str, list[dict[str
               for split in splits if split in ("train", "dev", "test")
               for column, texts in enumerate(_texts(spec, splits[split]))}
     encoded_s = time.time() - started
+    for (split, _), pooled in states.items():
+        if not all(np.isfinite(vectors).all() for vectors in pooled.values()):
+            raise TaskDataError(f"{model_dir}: the encoder's hidden states on the {split} split are not finite "
+                                "(NaN or infinity: its training diverged); probe a model whose training converged")
     results = {}
     for pooling in poolings:
         started = time.time()

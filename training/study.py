@@ -28,25 +28,28 @@ stages, each using the package's own tools, each resumable:
 
 Resume: every run folder is written under a temporary name and renamed when complete; `--resume`
 skips finished runs, continues an interrupted post-training run from its last checkpoint and redoes
-an interrupted fine-tuning. Without `--resume`, an existing study folder is refused.
+an interrupted fine-tuning. Without `--resume`, an existing study folder is refused, and so is a folder
+another xpt-study is writing in (its lock, `OUT/.lock`, held until that process ends).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import shutil
 import sys
 import time
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 from tokenization.corpus_io import COMPLETE_MARKER, corpus_complete
 from tokenization.errors import UserError, report_error
 from tokenization.folders import write_text_atomic
-from training.study_spec import (PRESETS, SPEC_FILE, StudyError, StudySpec, check_same_spec, finetune_args, load_spec,
-                                 plan, resolve_relative, saved_spec)
+from training.study_spec import (PRESETS, SPEC_FILE, StudyError, StudySpec, check_same_spec, finetune_args,
+                                 finetune_parser, load_spec, plan, resolve_relative, saved_spec)
 
 SOURCE_RUN = "source"  # OUT/finetune/<this>: the English source as it is, probed
 
@@ -159,23 +162,85 @@ def method_settings(spec: StudySpec, method: str) -> dict[str, Any]:
 
 
 def stage_post_train(spec: StudySpec, out: Path, data: Path, tokenizer: Path, method: str, size: int) -> Path:
+    from tokenization.errors import ConfigError
     from training.config import config_from_dict
     from training.post_train import train
+    from training.run_record import RecordError, RunRecord
 
-    final = out / "models" / run_name(method, size)
+    name = run_name(method, size)
+    final = out / "models" / name
     if finished(final):
+        try:
+            check_converged(name, RunRecord.read(final).final_metrics)  # finished by an earlier version
+        except RecordError as error:
+            raise StudyError(str(error)) from None
         return final
-    tmp = out / "models" / f".tmp-{run_name(method, size)}"
+    tmp = out / "models" / f".tmp-{name}"
     tmp.parent.mkdir(parents=True, exist_ok=True)
     resume = (tmp / "checkpoints").is_dir() and any((tmp / "checkpoints").iterdir())
+    source = resolve_relative(spec.source)
     raw = {"report_to": [], "cache_dir": str(out / ".cache"), **method_settings(spec, method),
-           "method": method, "source": resolve_relative(spec.source), "tokenizer": str(tokenizer),
-           "data": str(data), "max_train_sentences": size, "output_dir": str(tmp),
+           "method": method, "source": str(Path(source).resolve()) if Path(source).exists() else source,
+           "tokenizer": str(tokenizer), "data": str(data), "max_train_sentences": size, "output_dir": str(tmp),
            "resume": "latest" if resume else None, "overwrite_output_dir": True}
-    log(out, f"post-training {run_name(method, size)}" + (" (resuming from its last checkpoint)" if resume else ""))
-    summary = train(config_from_dict(raw))
+    if resume:
+        raw.update(recorded_spellings(tmp, raw))
+    log(out, f"post-training {name}" + (" (resuming from its last checkpoint)" if resume else ""))
+    config = config_from_dict(raw)
+    try:
+        summary = train(config)
+    except ConfigError as error:
+        if error.field != "resume":
+            raise
+        raise resume_refusal(name, tmp, config) from None
+    check_converged(name, summary.final_metrics)
     commit(tmp, final, {"tokens_seen": summary.tokens_seen, "wall_time_s": summary.wall_time_s})
     return final
+
+
+PATH_SETTINGS = ("source", "tokenizer", "data", "cache_dir")  # the post-training settings that name folders
+
+
+def recorded_spellings(run: Path, raw: dict[str, Any]) -> dict[str, str]:
+    """The folder settings as an interrupted run's newest checkpoint recorded them, where they name the same
+    folders as `raw`'s: a study started with --out spelled otherwise (relative, say) resumes as it started."""
+    from training.checkpointing import list_checkpoints, read_state
+
+    for _, checkpoint in reversed(list_checkpoints(run)):
+        try:
+            settings = read_state(checkpoint).get("settings") or {}
+        except (OSError, ValueError):
+            continue
+        recorded = {key: settings.get(key) for key in PATH_SETTINGS}
+        return {key: value for key, value in recorded.items() if isinstance(value, str) and value != raw[key]
+                and Path(value).exists() and Path(value).resolve() == Path(raw[key]).resolve()}
+    return {}
+
+
+def resume_refusal(name: str, run: Path, config) -> StudyError:
+    """Why post-training `name` cannot continue from its checkpoints in `run`, and what to do in a study."""
+    from training.checkpointing import latest_usable_checkpoint, read_state
+    from training.config_checks import resume_changes
+
+    fix = f"delete {run} to train {name} again from the start, then run the study again with --resume"
+    checkpoint = latest_usable_checkpoint(run, log=lambda _: None)
+    if checkpoint is None:
+        return StudyError(f"post-training {name}: no checkpoint in {run / 'checkpoints'} loads (reasons above): {fix}")
+    settings = read_state(checkpoint).get("settings") or {}
+    changed, _ = resume_changes(settings, json.loads(json.dumps(config.to_dict())))
+    listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items()) or "data or processes"
+    started = Path(settings.get("output_dir") or run)  # relative: to the folder the study was started from
+    where = "" if started.is_absolute() or run.parts[-len(started.parts):] != started.parts else \
+        f"; or continue it from the folder the study was started in, {Path(*run.parts[:-len(started.parts)])}"
+    return StudyError(f"post-training {name}: {checkpoint} was trained with other settings ({listed}): {fix}{where}")
+
+
+def check_converged(name: str, metrics: dict[str, Any] | None) -> None:
+    """Refuse a post-training run whose final loss is not a number: its encoder feeds NaN to every task."""
+    loss = (metrics or {}).get("loss")
+    if loss is not None and not math.isfinite(float(loss)):
+        raise StudyError(f"post-training {name} diverged (final loss {loss}): start the study again in another --out "
+                         "with a lower post_training.learning_rate (and phase1_learning_rate) or more warmup_steps")
 
 
 # --- stage 4: fine-tuning --------------------------------------------------------------------------
@@ -190,8 +255,16 @@ def task_folder(spec: StudySpec, out: Path, name: str) -> Path:
     if not entry.hold_out_test:
         return source
     folder = out / "tasks" / name
+    made_from = {"held_out_test": entry.hold_out_test, "seed": spec.seed, "from": entry.data_dir}
     if finished(folder):
-        return folder
+        held = json.loads((folder / "_DONE").read_text(encoding="utf-8"))
+        if held == made_from:
+            return folder
+        used = sorted(p.parent.parent.name for p in (out / "finetune").glob(f"*/{name}/_DONE"))
+        if used:
+            raise StudyError(f"task {name}: {folder} was held out with other settings ({held}) and fine-tuned on "
+                             f"({', '.join(used)}): start the study in another --out")
+        shutil.rmtree(folder)  # held out for a spec refused before anything was trained: hold out again
     try:
         splits = load_local(get_task(name), source)
     except TaskDataError as error:
@@ -211,14 +284,14 @@ def task_folder(spec: StudySpec, out: Path, name: str) -> Path:
         with open(tmp / f"{split}.jsonl", "w", encoding="utf-8") as handle:
             for row in rows:
                 handle.write(json.dumps({c: row[c] for c in columns}, ensure_ascii=False) + "\n")
-    commit(tmp, folder, {"held_out_test": entry.hold_out_test, "seed": spec.seed, "from": entry.data_dir})
+    commit(tmp, folder, made_from)
     return folder
 
 
 def stage_finetune(spec: StudySpec, out: Path, model: Path, name: str, data_dir: Path, size: int | None,
                    run: str | None = None) -> Path:
     """OUT/finetune/<run>/<task>: probes, floor and (with a `size`) fine-tuning of `model` on task `name`."""
-    from training import finetune, finetune_cli
+    from training import finetune
 
     final = out / "finetune" / (run or model.name) / name
     if finished(final):
@@ -228,7 +301,7 @@ def stage_finetune(spec: StudySpec, out: Path, model: Path, name: str, data_dir:
     tmp.parent.mkdir(parents=True, exist_ok=True)
     log(out, f"probing {run or model.name} on {name}" if size is None else
         f"probing and fine-tuning {model.name} on {name} ({len(spec.seeds(size))} seeds)")
-    args = finetune_cli.build_parser().parse_args(finetune_args(spec, name, model, data_dir, tmp, size))
+    args = finetune_parser().parse_args(finetune_args(spec, name, model, data_dir, tmp, size))
     try:
         finetune.run(args)
     except finetune.TaskDataError as error:
@@ -268,9 +341,29 @@ def check_inputs(spec: StudySpec, out: Path | None = None) -> None:
                              "--extra-task; nothing was started)")
 
 
+@contextmanager
+def study_lock(out: Path):
+    """Hold OUT's lock while a study or its report writes there: a second one on the same folder is refused."""
+    from training.checkpointing import LOCK_FILE, FolderInUse, folder_lock
+
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(folder_lock(out))
+        except FolderInUse:
+            holder = (out / LOCK_FILE).read_text(encoding="utf-8").strip() or "another process"
+            raise StudyError(f"{out} is in use by another xpt-study ({holder}): wait for it to end, or choose "
+                             "another --out") from None
+        yield
+
+
 def run_study(spec: StudySpec, out: Path, resume: bool = False) -> Path:
+    out = out.resolve()  # every run records absolute paths: a resume may spell --out otherwise
     check_inputs(spec, out)  # before the spec is saved: a corrected path is then no other spec
-    out.mkdir(parents=True, exist_ok=True)
+    with study_lock(out):
+        return _run_locked(spec, out, resume)
+
+
+def _run_locked(spec: StudySpec, out: Path, resume: bool) -> Path:
     saved = out / SPEC_FILE
     if saved.is_file():
         if not resume:
@@ -306,7 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     which = p.add_mutually_exclusive_group()
     which.add_argument("--preset", choices=PRESETS, help="built-in spec configs/study-NAME.yaml (default cpu; with "
-                       "--report-only, the spec the study in --out was started with)")
+                       "--resume or --report-only, the spec the study in --out was started with)")
     which.add_argument("--spec", help="a study spec YAML file (fields: see StudySpec in training/study_spec.py)")
     p.add_argument("--out", required=True, help="study folder (runs, fine-tuning results, report/)")
     p.add_argument("--resume", action="store_true", help="continue the study in --out, skipping finished runs")
@@ -314,27 +407,41 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also fine-tune on a registered task NAME with data in DIR (train/dev[/test] files)")
     p.add_argument("--dry-run", action="store_true", help="validate the spec and print the plan; run nothing")
     p.add_argument("--report-only", action="store_true",
-                   help="write OUT/report from the runs finished so far (the rest marked as not finished); train nothing")
+                   help="write OUT/report from the runs finished so far (the rest marked as not finished); train "
+                   "nothing. With --out a report folder (OUT/report, holding results.json): its results.md and "
+                   "plots drawn again from that results.json")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    out = Path(args.out)
     try:
-        if args.report_only and not (args.spec or args.preset or args.extra_task):
-            spec = saved_spec(Path(args.out))
+        if args.report_only and not (out / SPEC_FILE).is_file() and (out / "results.json").is_file():
+            from training.study_report import rewrite
+
+            if args.spec or args.preset or args.extra_task or args.dry_run:
+                raise StudyError(f"{out} is a report folder, whose results.json holds its spec: give --out and "
+                                 "--report-only alone")
+            with study_lock(out):  # a report folder (OUT/report, docs/study): drawn again
+                report = rewrite(out)
         else:
-            spec = load_spec(None if args.spec else args.preset or "cpu", args.spec, args.extra_task)
-        if args.dry_run:
-            check_inputs(spec)
-            print(plan(spec))
-            return 0
-        if args.report_only:
-            saved_spec(Path(args.out))  # a study is there
-            check_same_spec(Path(args.out), spec)
-            report = stage_report(spec, Path(args.out))
-        else:
-            report = run_study(spec, Path(args.out), resume=args.resume)
+            if (args.report_only or args.resume and (out / SPEC_FILE).is_file()) and not (
+                    args.spec or args.preset or args.extra_task):
+                spec = saved_spec(out)
+            else:
+                spec = load_spec(None if args.spec else args.preset or "cpu", args.spec, args.extra_task)
+            if args.dry_run:
+                check_inputs(spec)
+                print(plan(spec))
+                return 0
+            if args.report_only:
+                saved_spec(out)  # a study is there
+                check_same_spec(out, spec)
+                with study_lock(out):
+                    report = stage_report(spec, out)
+            else:
+                report = run_study(spec, out, resume=args.resume)
     except UserError as error:
         return report_error(error)
     print((report / "results.md").read_text(encoding="utf-8"))

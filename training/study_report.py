@@ -10,6 +10,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from tokenization.folders import write_text_atomic
 from training.compare import save_size_plot
 from training.run_record import RESULTS_FILE, RecordError, RunRecord
 from training.study import SOURCE_RUN, StudyError, StudySpec, finished, run_name
@@ -216,8 +217,10 @@ def reference_rows(spec: StudySpec, floor: dict[str, Any] | None, source: dict[s
     if floor:
         cosine = f"{floor['zero_shot']:.1f}" if floor.get("zero_shot") is not None else None
         floor_text = cosine if kind == "zero_shot" else f"**{floor['score']:.1f}**"
-        if kind == "probe" and cosine:  # fine-tuned scores face both no-model reads
-            floor_text += f"; cosine {cosine}"
+        if kind == "probe" and cosine:  # fine-tuned scores face both no-model reads: the stronger in bold
+            bar = floor_bar(floor)[0]
+            floor_text = (f"{floor['score']:.1f}; cosine **{cosine}**" if bar != floor["score"] else
+                          f"**{floor['score']:.1f}**; cosine {cosine}")
     probe = (source or {}).get("probe") or {}
     if kind == "zero_shot":
         source_text = f"{source['zero_shot']:.1f}" if source and "zero_shot" in source else None
@@ -228,17 +231,21 @@ def reference_rows(spec: StudySpec, floor: dict[str, Any] | None, source: dict[s
     return row("no-model floor (TF-IDF)", floor_text) + row("English source as it is", source_text)
 
 
+def floor_bar(floor: dict[str, Any]) -> tuple[float, str]:
+    """The bar fine-tuned scores face, with its name: the floor's score, or for STS the stronger of its two
+    no-model reads on test (trained ridge, cosine without training), so that "above" holds against both."""
+    if floor.get("zero_shot") is not None and floor["zero_shot"] > floor["score"]:
+        return floor["zero_shot"], "TF-IDF cosine, no training"
+    return floor["score"], f"TF-IDF, {floor['estimator']}"
+
+
 def floor_verdict(runs: list[dict[str, Any]], spec: StudySpec, task: str, floor: dict[str, Any] | None) -> str:
-    """At the largest size: is fine-tuned XPT above the floor with every seed? For STS the floor is the
-    stronger of its two no-model reads on test (trained ridge, cosine without training), so that
-    "above" holds against both."""
+    """At the largest size: is fine-tuned XPT above the floor's bar (`floor_bar`) with every seed?"""
     largest = max(spec.sizes)
     xpt = next((r["tasks"][task] for r in runs if r["method"] == FOCUS and r["sentences"] == largest), None)
     if not floor or xpt is None:
         return f"XPT against the floor at {largest:,} sentences: not available (a run has not finished)."
-    bar, what = floor["score"], floor["estimator"]
-    if floor.get("zero_shot") is not None and floor["zero_shot"] > bar:
-        bar, what = floor["zero_shot"], "TF-IDF cosine, no training"
+    bar, what = floor_bar(floor)
     scores = xpt["scores"]
     above = sum(score > bar for score in scores)
     verdict = "above with every seed" if above == len(scores) else f"above with {above} of {len(scores)} seeds"
@@ -304,7 +311,8 @@ def plot(report: dict[str, Any], spec: StudySpec, folder: Path) -> list[Path]:
             ax.fill_between(xs, [p[1]["min"] for p in points], [p[1]["max"] for p in points], alpha=0.15)
         floor, source = report["floor"].get(task), report["source"].get(task)
         if floor:
-            ax.axhline(floor["score"], color="gray", linestyle="--", linewidth=1, label="no-model floor (TF-IDF)")
+            bar, what = floor_bar(floor)
+            ax.axhline(bar, color="gray", linestyle="--", linewidth=1, label=f"no-model floor ({what})")
         if source and source.get("probe"):
             ax.axhline(source["probe"]["mean"], color="black", linestyle=":", linewidth=1,
                        label="English source, probed")
@@ -312,3 +320,18 @@ def plot(report: dict[str, Any], spec: StudySpec, folder: Path) -> list[Path]:
         paths.append(save_size_plot(fig, ax, spec.sizes, f"{first['metric']} ({first['split']})",
                                     f"{task}: mean over seeds, band = seed min-max", folder / f"{task}.png"))
     return paths
+
+
+def rewrite(folder: Path) -> Path:
+    """A report folder's results.md and plots written again from its own results.json (after a change in how
+    the report is drawn): nothing is collected from runs, nothing is run."""
+    path = folder / "results.json"
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+        spec = StudySpec.from_dict(report["spec"])
+        write_text_atomic(folder / "results.md", markdown(report, spec))
+        plot(report, spec, folder)
+    except (json.JSONDecodeError, KeyError, TypeError) as error:
+        raise StudyError(f"{path} is not the results.json of a study report ({type(error).__name__}: {error}); "
+                         "give --out a study folder or a report folder") from None
+    return folder

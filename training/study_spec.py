@@ -19,6 +19,8 @@ from training.inputs import shipped_config
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ("tiny", "cpu", "gpu", "paper")
 SPEC_FILE = "study_spec.json"
+# finetune.py options each run of the study sets itself (`finetune_args`); `seeds` comes from finetune.seeds
+FINETUNE_SET_BY_STUDY = ("model", "task", "data_dir", "output_dir", "mode", "floor", "trust_remote_code", "no_progress")
 
 
 class StudyError(UserError):
@@ -95,6 +97,15 @@ class StudySpec:
         if len(self.sizes) < 1 or any(int(n) < 1 for n in self.sizes):
             raise StudyError(f"sizes must be positive sentence counts, got {self.sizes}")
         self.sizes = sorted(int(n) for n in self.sizes)
+        for name, values in (("sizes", self.sizes), ("methods", self.methods)):
+            repeated = sorted({v for v in values if values.count(v) > 1})
+            if repeated:
+                raise StudyError(f"{name} lists {repeated} more than once; give each once")
+        for name in ("valid_sentences", "test_sentences"):  # post-training would hold its own out of the train sentences
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise StudyError(f"{name} must be a sentence count of at least 1 (held out for the MLM metrics), "
+                                 f"got {value!r}")
         bad = [m for m in self.methods if m not in METHODS]
         if bad:
             raise StudyError(f"unknown method(s) {bad}; known: {list(METHODS)}")
@@ -103,10 +114,19 @@ class StudySpec:
         for key in ("method", "output_dir", "data", "tokenizer", "source", "max_train_sentences", "resume"):
             if key in self.post_training:
                 raise StudyError(f"post_training.{key} is set by the study itself; remove it from the spec")
+        for where, options in (("finetune", self.finetune),
+                               *((f"tasks.{name}.finetune", entry.finetune) for name, entry in self.tasks.items())):
+            for key in options:
+                if key.replace("-", "_") in FINETUNE_SET_BY_STUDY:
+                    raise StudyError(f"{where}.{key} is set by the study itself; remove it from the spec")
         for name, entry in self.tasks.items():
             if "seeds" in entry.finetune:
                 raise StudyError(f"tasks.{name}.finetune.seeds: every task runs the same seeds; set finetune.seeds "
                                  "(or seeds_by_size per data size) instead")
+        unknown = sorted(set(self.seeds_by_size) - set(self.sizes))
+        if unknown:
+            raise StudyError(f"seeds_by_size names {unknown}, which are not in sizes {self.sizes}: remove them or "
+                             "add them to sizes")
         for size in (None, *self.sizes):
             self.seeds(size)
 
@@ -161,13 +181,22 @@ def check_finetune_options(spec: StudySpec) -> None:
         if finetune_options(spec, name).get("push_to_hub"):
             refuse("push_to_hub: a study fine-tunes a model per run; publish the one you choose with `xpt-push`")
         for size in (None, *spec.sizes):
-            parser = finetune_cli.build_parser()
+            parser = finetune_parser()
             parser.error = refuse  # argparse's own errors too
             args = parser.parse_args(finetune_args(spec, name, Path("model"), Path("data"), Path("out"), size))
             try:
                 finetune_cli.check_options(args, get_task(name))
             except TaskDataError as error:
                 refuse(str(error))
+
+
+def finetune_parser():
+    """finetune.py's parser, taking only whole option names: a spec's `output: X` must not reach --output-dir."""
+    from training import finetune_cli
+
+    parser = finetune_cli.build_parser()
+    parser.allow_abbrev = False
+    return parser
 
 
 def resolve_relative(path: str) -> str:
