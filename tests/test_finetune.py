@@ -1146,6 +1146,23 @@ def test_bf16_autocast_learns_like_fp32(tmp_path):
         assert run["dev"] >= 87.5, run["dev"]  # 14 of 16 toy reviews or better
 
 
+@pytest.mark.parametrize("task", ["nsmc", "korsts"])
+def test_a_seed_whose_training_diverges_scores_nan_not_the_untrained_model(task, tmp_path):
+    """A loss that turns NaN leaves NaN weights: a classifier would then predict one class (about half right),
+    and the STS bi-encoder would keep its epoch 0, the untrained cosine. Neither is a fine-tuning result: the
+    seed scores NaN, and the report counts it as diverged."""
+    model_dir = xpt_model_dir(tmp_path / "m", word_tokenizer("bert", KOREAN_WORDS))
+    data = toy_sentiment_dir(tmp_path / "d") if task == "nsmc" else toy_sts_dir(tmp_path / "d")
+    out = tmp_path / "out"
+    assert finetune.main(["--model", str(model_dir), "--task", task, "--data-dir", str(data), "--output-dir", str(out),
+                          "--mixed-precision", "no", "--max-grad-norm", "0",
+                          *quick("--epochs", 2, "--learning-rate", 1e12, "--batch-size", 8)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    run = json.loads((out / "runs" / "seed_0.json").read_text())
+    assert run["diverged_in_epoch"] == 1 and math.isnan(run["dev"])
+    assert all(math.isnan(score) for score in results["scores"])
+
+
 def test_mixed_precision_auto_follows_the_hardware(monkeypatch):
     from training import step
 

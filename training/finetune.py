@@ -190,7 +190,7 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, WarmupSchedule(math.ceil(args.warmup_ratio * total_steps), total_steps, "linear"))
 
-    best_score, best_epoch, best_state, best_dev, stale = -math.inf, 0, None, {}, 0
+    best_score, best_epoch, best_state, best_dev, stale, diverged = -math.inf, 0, None, {}, 0, None
     epochs, step_losses = [], []
     started = time.time()
     if args.pair_encoding == "bi":  # it starts at the zero-shot cosine: fine-tuning must beat it on dev to count
@@ -218,6 +218,9 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
         step_losses.extend(losses)
         speed.own()
         dev = evaluate_split(model, spec, features["dev"], splits["dev"], args, pad, device, accepted)
+        if not all(math.isfinite(x) for x in losses):  # diverged: the weights are NaN, their scores are no result
+            diverged, dev = epoch, {name: math.nan for name in dev}
+            tqdm.write(f"seed {seed} diverged in epoch {epoch} (training loss not finite): lower --learning-rate")
         epochs.append({"epoch": epoch, "train_loss": float(np.mean(losses)), "dev": dev})
         # One line per epoch even without bars: a log of a long run shows where it is and how dev moves.
         tqdm.write(f"seed {seed} epoch {epoch}: train loss {np.mean(losses):.4f}, dev {spec.metric} "
@@ -229,11 +232,18 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
             stale += 1
             if args.patience and stale >= args.patience:
                 break
+        if diverged:
+            break
     model.load_state_dict(best_state)
+    failed = diverged is not None and best_epoch in (0, diverged)  # no fine-tuned epoch kept: it scores NaN
     test = None
     if "test" in features:
         test = evaluate_split(model, spec, features["test"], splits["test"], args, pad, device, accepted)
+        test = {name: math.nan for name in test} if failed else test
+    if failed:
+        best_score, best_dev = math.nan, {name: math.nan for name in best_dev}
     run = {"seed": seed, "dev": best_score, "test": test[spec.metric] if test else None, "best_epoch": best_epoch,
+           "diverged_in_epoch": diverged,
            "dev_metrics": best_dev, "test_metrics": test, "epochs": epochs, "step_losses": step_losses,
            "train_examples": len(features["train"]), "wall_time_s": round(time.time() - started, 2),
            "mixed_precision": args.mixed_precision, "speed_paths": args.speed_paths,
