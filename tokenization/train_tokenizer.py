@@ -10,6 +10,10 @@ Design
 * Normaliser: NFKC (default), NFC or none, then whitespace runs collapsed to one space and
   trailing space removed; with the Metaspace decoder, ``decode(encode(x))`` is
   ``" ".join(nfkc(x).split())`` (SentencePiece's normalisation) for text without unknown characters.
+  NFKC maps Korean compatibility jamo (U+3131-U+318E, as typed alone: ``ㅋㅋ``, ``ㅠㅠ``) to conjoining
+  jamo, so decoded text and fill-mask predictions show ``ᄏᄏ`` for ``ㅋㅋ``, and composes a typed
+  ``ㄱㅏ`` into ``가``. ``--normalizer nfc`` keeps them as typed (and full-width Latin and other
+  compatibility characters too); NFKC stays the default, with which the published figures were measured.
 * Special tokens and post-processor of the source family:
 
   - ``roberta``: ``<s>`` 0, ``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3, ``<mask>`` 4; single
@@ -43,7 +47,8 @@ warning; check ``len(tok)``). The CLI refuses that case with exit code 2. Unigra
 end slightly *above* ``vocab_size`` on small data, because the trainer keeps every character of
 the text as a piece (e.g. 132 for 120 on 44 sentences); use ``len(tok)``, not the request. A ``vocab_size`` smaller
 than the number of distinct characters (+ special tokens) raises ``InputError`` (a
-``ValueError``-like user error).
+``ValueError``-like user error), for Unigram and BPE alike (BPE's trainer would keep every character
+and learn no merge at all).
 """
 from __future__ import annotations
 
@@ -61,7 +66,7 @@ from transformers import PreTrainedTokenizerFast
 # PreTrainedTokenizerFast, which transformers 4.x loads too.
 from modeling_xpt.tokenizer_files import TRAINING_INFO, recorded_language, save_tokenizer
 
-from .corpus_io import Utf8Counter, iter_corpus
+from .corpus_io import SPLITS, STATS_FILE, Utf8Counter, corpus_split, iter_texts
 from .errors import InputError, command
 
 logger = logging.getLogger(__name__)
@@ -235,6 +240,10 @@ def _train(texts, vocab_size, family, out_dir, model, normalizer, model_max_leng
         raise InputError("no text to train on: the corpus is empty (check the input or the split)")
     if model == "unigram":
         tok = _canonical_unigram(tok, len(order))
+    elif tok.get_vocab_size() > vocab_size:  # BPE keeps every character, then merges only up to vocab_size
+        raise InputError(f"vocab size {vocab_size} is smaller than the {tok.get_vocab_size() - len(order)} distinct "
+                         f"characters in the corpus plus {len(order)} special tokens, so BPE would learn no merge; "
+                         f"raise --vocab-size above {tok.get_vocab_size()}")
     vocab = tok.get_vocab()
     for i, t in enumerate(order):  # the trainers put special tokens first, in order
         if vocab.get(t) != i:
@@ -259,16 +268,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="xpt-train-tokenizer", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--corpus", required=True,
-                   help="prepared corpus folder (its train split is used) or a .txt/.jsonl[.gz] file or folder")
+                   help="prepared corpus folder or a folder with split folders or files (its --split is used), or a "
+                        ".txt/.jsonl[.gz] file or a folder of them (read whole)")
     p.add_argument("--vocab-size", type=int, default=50000, help="vocabulary size incl. special tokens (default 50000)")
     p.add_argument("--family", choices=sorted(FAMILIES), default="roberta", help="special tokens/post-processor of the source model")
     p.add_argument("--out", required=True, help="output folder (AutoTokenizer.from_pretrained loads it)")
     p.add_argument("--model", choices=MODELS, default="unigram")
-    p.add_argument("--normalizer", choices=NORMALIZERS, default="nfkc")
+    p.add_argument("--normalizer", choices=NORMALIZERS, default="nfkc",
+                   help="Unicode normalisation (default nfkc, that of the published figures; it turns Korean compatibility "
+                        "jamo such as ㅋㅋ or ㅠㅠ into conjoining jamo, decoded as ᄏᄏ; nfc keeps them as typed)")
     p.add_argument("--model-max-length", type=int, default=512)
     p.add_argument("--language", help="ISO 639 code of the target language, recorded in training_info.json and from "
                    "there in the models' config.json (default: the one the prepared corpus's stats.json records)")
-    p.add_argument("--split", default="train", help="split of a prepared corpus to train on (default train)")
+    p.add_argument("--split", default="train", choices=SPLITS,
+                   help="split of a corpus folder with splits to train on (default train)")
     p.add_argument("--text-field", default="text", help="field holding the text in .jsonl files (default text)")
     p.add_argument("--max-texts", type=int, default=0, help="train on the first N texts only (0 = all)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -283,7 +296,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise InputError(str(error)) from None
 
     bad = Utf8Counter()
-    texts: Iterable[str] = iter_corpus(args.corpus, args.split, bad, args.text_field)
+    files, split = corpus_split(args.corpus, args.split)  # split None: a file or a folder without splits, read whole
+    texts: Iterable[str] = iter_texts(files, bad, args.text_field)
     if args.max_texts > 0:
         import itertools
         texts = itertools.islice(texts, args.max_texts)
@@ -297,10 +311,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     length = None
-    stats_file = Path(args.corpus) / "stats.json"
-    if stats_file.is_file():  # prepared corpus: the split size gives the progress bar a total
+    stats_file = Path(args.corpus) / STATS_FILE
+    if split and stats_file.is_file():  # prepared corpus: the split size gives the progress bar a total
         try:
-            length = json.loads(stats_file.read_text())["splits"][args.split]["sentences"]
+            length = json.loads(stats_file.read_text())["splits"][split]["sentences"]
         except (KeyError, ValueError, TypeError):
             length = None
     if args.max_texts > 0 and length:
@@ -314,7 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          f"{args.vocab_size}; lower --vocab-size to at most {len(tok)} or add more text")
     out = Path(args.out)
     save_tokenizer(tok, out)
-    info = {"corpus": str(args.corpus), "split": args.split, "texts": counted[0], "characters": counted[1],
+    info = {"corpus": str(args.corpus), "split": split, "texts": counted[0], "characters": counted[1],
             "skipped_invalid_utf8_lines": bad.lines, "vocab_size": len(tok), "family": args.family,
             "model": args.model, "normalizer": args.normalizer, "model_max_length": args.model_max_length,
             "language": args.language or recorded_language(args.corpus), "train_seconds": round(dt, 2)}

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tokenization.corpus_io import COMPLETE_MARKER, COMPRESSED, Utf8Counter, base_suffix, corpus_complete, iter_file_texts
+from tokenization.corpus_io import (COMPRESSED, SPLIT_NAMES, Utf8Counter, base_suffix, data_files, folder_splits,
+                                    iter_file_texts)
 from tokenization.errors import InputError
 
 CACHE_VERSION = 3  # 2: text files read by tokenization.corpus_io (lines split at "\n" only); 3: best-fit packing
@@ -37,7 +38,6 @@ CACHE_VERSION = 3  # 2: text files read by tokenization.corpus_io (lines split a
 # go to the datasets builder of the same name.
 LINE_SUFFIXES = (".txt", ".jsonl")
 BUILDERS = {".json": "json", ".parquet": "parquet", ".arrow": "arrow", ".csv": "csv"}
-SPLIT_NAMES = {"train": ("train",), "valid": ("valid", "validation", "dev"), "test": ("test",)}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -62,8 +62,7 @@ def konlpy_corpus_files() -> list[Path]:
 def _data_files(path: Path) -> list[Path]:
     if path.is_file():
         return [path]
-    files = sorted(p for p in path.rglob("*") if p.is_file() and _builder(p)
-                   and not any(part.startswith(".") for part in p.relative_to(path).parts))  # no .ipynb_checkpoints/
+    files = data_files(path, accepts=_builder)  # none in hidden folders (.ipynb_checkpoints/)
     if not files:
         raise InputError(f"{path}: no data files in this folder (.txt or .jsonl, also .gz/.bz2/.xz, or .json, "
                          ".parquet, .arrow, .csv)")
@@ -151,36 +150,6 @@ def _text_only(ds, text_column: str):
     return ds.filter(lambda batch: [bool(t and t.strip()) for t in batch["text"]], batched=True)
 
 
-def _hub_layout_splits(folder: Path, files: list[Path]) -> dict[str, list[Path]] | None:
-    """{"train", "valid"?, "test"?} -> files, when `folder`'s data `files` are split by name as the Hub lays them
-    out (datasets' own patterns: train-*, data/test-*, ...) and every one of them belongs to a split; else None
-    (one corpus: held-out splits are taken from it)."""
-    import datasets
-
-    try:
-        found = datasets.data_files.DataFilesDict.from_patterns(datasets.data_files.get_data_patterns(str(folder)),
-                                                                 base_path=str(folder))
-    except Exception:  # noqa: BLE001 - no pattern matched as datasets expects: read the folder as one corpus
-        return None
-    by_split = {}
-    for split, names in SPLIT_NAMES.items():
-        name = next((n for n in names if n in found), None)
-        if name is not None:
-            by_split[split] = sorted(Path(f) for f in found[name])
-    assigned = {f.resolve() for paths in by_split.values() for f in paths}
-    if "train" not in by_split or len(by_split) < 2 or assigned != {f.resolve() for f in files}:
-        return None
-    return by_split
-
-
-def _split_files(folder: Path, name: str) -> list[Path]:
-    """Split `name`'s data in `folder`: FOLDER/NAME itself (a folder or file), else its data files FOLDER/NAME.*
-    (train.txt, or every train.a.txt, train.b.txt, ...; a train.log is none)."""
-    if (folder / name).exists():
-        return [folder / name]
-    return sorted(f for f in folder.glob(f"{name}.*") if f.is_file() and _builder(f))
-
-
 def _load_split_dir(path: Path, text_column: str, cache_dir: str | None):
     import datasets
 
@@ -251,30 +220,16 @@ def load_text_splits(data: str, *, text_column: str = "text", valid_size: int = 
                         break
             corpus = splits.pop("train")
         else:
-            if ((local / "stats.json").exists() or (local / ".building").exists()) and not corpus_complete(local):
-                raise ValueError(f"{local} is an incomplete prepare_corpus output (no {COMPLETE_MARKER} marker): "
-                                 "run it again")
-            sub = {split: next((found for n in names if (found := _split_files(local, n))), [])
-                   for split, names in SPLIT_NAMES.items()} if local.is_dir() else {}
-            if sub.get("train"):  # prepared splits: DIR/train, DIR/valid, DIR/test (folders or files)
-                for split, paths in sub.items():
-                    if paths:
-                        splits[split] = (_load_split_dir(paths[0], text_column, cache_dir) if len(paths) == 1
-                                         else _load_files(paths, text_column, cache_dir))
-                corpus = splits.pop("train")
+            # split folders or files (DIR/train, train.txt, the Hub's data/train-*), decided as the tokenizer
+            # commands decide them; None: one corpus, valid/test held out of it below
+            found = folder_splits(local, accepts=_builder) if local.is_dir() else None
+            if found is not None:
+                for split, paths in found.items():
+                    splits[split] = (_load_split_dir(paths[0], text_column, cache_dir) if len(paths) == 1
+                                     else _load_files(paths, text_column, cache_dir))
             else:
-                files = _data_files(local)
-                # split files in the Hub's layout (data/train-00000-of-00001.parquet, data/test-...), found as
-                # `datasets.load_dataset(folder)` finds them: its test files are not train text
-                found = _hub_layout_splits(local, files) if local.is_dir() else None
-                held_out = [f.name for paths in sub.values() for f in paths] if found is None else []
-                if held_out:  # read as one corpus, these held-out texts would be trained on
-                    raise ValueError(f"{local} has held-out split files ({', '.join(held_out)}) but no train file: "
-                                     "name the training text train.txt (or train.*.txt, or a train/ folder), or move "
-                                     "the held-out files out of the folder to hold out from the whole corpus")
-                for split, split_files in (found or {"train": files}).items():
-                    splits[split] = _load_files(split_files, text_column, cache_dir)
-                corpus = splits.pop("train")
+                splits["train"] = _load_files(_data_files(local), text_column, cache_dir)
+            corpus = splits.pop("train")
     for split in [s for s in ("valid", "test") if s in splits and len(splits[s]) == 0]:
         del splits[split]  # an empty prepared split: hold out from train instead
     sizes = {"test": test_size, "valid": valid_size}
