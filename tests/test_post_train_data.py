@@ -234,6 +234,17 @@ def test_text_without_the_target_script_is_refused_unless_the_check_is_off(tiny,
         check_target_script(english_only, language="ko", min_share=0.5, data="x")
 
 
+def test_held_out_sizes_larger_than_the_corpus_name_the_sizes_not_the_data(tiny, tmp_path, capsys):
+    from tests.post_train_helpers import run_args
+    from training import post_train
+
+    assert post_train.main(run_args(tiny, tmp_path / "o", valid_size=300, test_size=300) + ["--dry-run"]) == 0
+    assert post_train.main(run_args(tiny, tmp_path / "o", valid_size=300, test_size=300)) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: config field `valid_size + test_size`: 300 + 300"), errors
+    assert "give smaller sizes" in errors[0]
+
+
 def test_test_size_zero_trains_without_a_test_split_and_valid_size_zero_is_refused(tiny, tmp_path, capsys):
     """test_size 0: no test split, final metrics on valid; valid_size 0: refused before any tokenising, naming
     the option (an empty held-out split was cached, then failed to reload with an IndexError)."""

@@ -31,7 +31,7 @@ import numpy as np
 
 from tokenization.corpus_io import (COMPRESSED, SPLIT_NAMES, Utf8Counter, base_suffix, data_files, folder_splits,
                                     iter_file_texts)
-from tokenization.errors import InputError
+from tokenization.errors import ConfigError, InputError
 
 CACHE_VERSION = 3  # 2: text files read by tokenization.corpus_io (lines split at "\n" only); 3: best-fit packing
 # Read line by line by tokenization.corpus_io (which also opens .gz/.bz2/.xz); the structured formats
@@ -237,7 +237,8 @@ def load_text_splits(data: str, *, text_column: str = "text", valid_size: int = 
     if missing:  # hold out from the corpus after a fixed shuffle (sources are often concatenated by kind)
         need = sum(sizes[s] for s in missing)
         if len(corpus) <= need:
-            raise ValueError(f"data {data!r} has {len(corpus)} sentences, too few to hold out {need} for {missing}")
+            raise ConfigError(" + ".join(f"{s}_size" for s in missing), f"{' + '.join(str(sizes[s]) for s in missing)} "
+                              f"held-out sentences, but data {data!r} has {len(corpus)}: give smaller sizes, or more text")
         corpus = corpus.shuffle(seed=split_seed)
         start = 0
         for split in ("test", "valid"):

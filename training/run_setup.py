@@ -242,6 +242,8 @@ def load_splits(config: PostTrainConfig, data: str, accelerator: Accelerator) ->
                                       cache_dir=str(Path(config.cache_dir) / "hf"), streaming=config.streaming,
                                       stream_limit=(config.max_train_sentences + config.valid_size + config.test_size)
                                       if config.max_train_sentences else None)
+        except ConfigError:  # a setting that does not fit the data (held-out sizes): that setting is named
+            raise
         except Exception as error:  # the user's files (empty, binary, torn .gz, ...): the cause names the file and fix
             raise ConfigError("data", f"cannot read {data}: {_root_cause(error)}") from None
     if "valid" not in splits:
