@@ -73,7 +73,7 @@ def check(args: dict) -> dict:
             else:
                 out = pipe(text, top_k=None)
                 total = sum(p["score"] for p in out)
-                if not out or (len(out) > 1 and abs(total - 1.0) > 1e-3):
+                if not out or not math.isfinite(total) or (len(out) > 1 and abs(total - 1.0) > 1e-3):
                     report["problems"].append(f"{task} output for {text!r} is not a probability distribution: {out}")
                 report["outputs"].append({"text": text, "predictions": out})
         except Exception as error:  # one failing example must not hide the others

@@ -1161,6 +1161,18 @@ def test_a_seed_whose_training_diverges_scores_nan_not_the_untrained_model(task,
     run = json.loads((out / "runs" / "seed_0.json").read_text())
     assert run["diverged_in_epoch"] == 1 and math.isnan(run["dev"])
     assert all(math.isnan(score) for score in results["scores"])
+    assert "saved_model" not in results and not (out / "model").exists()  # NaN weights are never kept
+
+
+def test_a_push_after_every_seed_diverged_publishes_nothing(tmp_path, capsys):
+    model_dir = xpt_model_dir(tmp_path / "m", word_tokenizer("bert", KOREAN_WORDS))
+    code = finetune.main(["--model", str(model_dir), "--task", "nsmc", "--data-dir", str(toy_sentiment_dir(tmp_path / "d")),
+                          "--output-dir", str(tmp_path / "out"), "--mixed-precision", "no", "--max-grad-norm", "0",
+                          "--push-to-hub", "org/xpt-toy", "--push-dry-run", "--license", "mit",
+                          *quick("--epochs", 1, "--learning-rate", 1e12, "--batch-size", 8)])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "every seed diverged: nothing to publish" in errors[0], errors
+    assert not (tmp_path / "out" / "model").exists()
 
 
 def test_mixed_precision_auto_follows_the_hardware(monkeypatch):

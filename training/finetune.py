@@ -437,7 +437,8 @@ def fine_tune(args) -> dict[str, Any]:
         for seed in tqdm(seeds, desc=f"{spec.name} seeds", disable=args.no_progress):
             run_record, model = train_one_seed(args, spec, config, tokenizer, splits, features, seed, device,
                                                progress=not args.no_progress)
-            if args.save_model == "best" and (kept is None or improves(run_record["dev"], kept[0]["dev"])):
+            if args.save_model == "best" and not math.isnan(run_record["dev"]) and (
+                    kept is None or improves(run_record["dev"], kept[0]["dev"])):  # a diverged seed is never kept
                 kept = (run_record, model.to("cpu"))  # one model at a time on the device
             del model
             # The weight-loading report is the same for every seed: show it once.
@@ -470,6 +471,11 @@ def fine_tune(args) -> dict[str, Any]:
                                                          args.trust_remote_code, args.pooling))
     elif args.save_model == "none" and any((out_dir / name).exists() for name in (MODEL_DIR, "adapter")):
         print(f"note: {out_dir} holds a model saved by an earlier run (its own results.json describes it)")
+    elif args.save_model == "best":
+        print(f"note: every seed diverged (dev {spec.metric} NaN): no model saved; a lower --learning-rate may converge")
+        if args.push_to_hub:
+            raise TaskDataError(f"every seed diverged: nothing to publish to {args.push_to_hub} (scores in "
+                                f"{out_dir / RESULTS_FILE}); fine-tune again with a lower --learning-rate")
     if args.push_to_hub:
         publish(args, out_dir / MODEL_DIR)
     return results
