@@ -13,10 +13,10 @@ from pathlib import Path
 
 from tokenization.errors import UserError
 from training.inputs import looks_like_hub_id
+from training.run_record import CARD_OPTIONS_FILE as OPTIONS_FILE
 
 from .folder import CARD_FILE, GENERATED_MARKER
 
-OPTIONS_FILE = "card_options.json"
 # build_card's options that describe the model (not where this copy of the card goes: repo id, revision, variant)
 CARD_OPTIONS = ("license", "base_model", "datasets", "results", "stock_repo_id", "custom_repo_id", "language", "widgets")
 # how each option is spelled on the command line, for the log

@@ -21,6 +21,7 @@ from tests.post_train_helpers import (PYTHON, WORDS, checkpoint_weights, losses,
                                       run_inprocess, run_killed_after, run_subprocess)
 from training import post_train
 from training.checkpointing import latest_checkpoint, list_checkpoints, save_checkpoint
+from training.run_record import GENERATED_CARD_MARKER
 
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # reset Accelerate's per-process state after each test
 
@@ -79,9 +80,15 @@ def test_output_dir_guard_resume_of_finished_run_and_checkpoint_cleanup(tiny, tm
     assert "holds a run finished with other settings (train_steps 3 -> 5)" in err
     reset_accelerate()
     (out / "learning_curve.json").write_text("{}")  # probes of the run about to be replaced: go with it
+    (out / "card_options.json").write_text('{"results": ["old_results.json"]}')  # and its card, with the options
+    (out / "README.md").write_text(f"---\nbase_model: org/old\n---\n{GENERATED_CARD_MARKER}\nthe old run\n")
     third = run_inprocess(run_args(tiny, out, train_steps=3, phase1_steps=1, overwrite_output_dir="true"))
     assert losses(out)[-1]["step"] == 3 and third["final_metrics"] == first["final_metrics"]
-    assert not (out / "learning_curve.json").exists()
+    assert not any((out / name).exists() for name in ("learning_curve.json", "card_options.json", "README.md"))
+    reset_accelerate()  # a card the user wrote by hand is theirs: kept
+    (out / "README.md").write_text("# my notes\n")
+    run_inprocess(run_args(tiny, out, train_steps=3, phase1_steps=1, overwrite_output_dir="true"))
+    assert (out / "README.md").read_text() == "# my notes\n"
 
 
 def test_a_folder_in_use_is_refused_and_a_killed_holder_frees_it(tiny, tmp_path, capsys):

@@ -25,7 +25,8 @@ from training.config import PostTrainConfig, describe_plan
 from training.config_checks import missing_data, refuse_changed_resume, resume_changes, validate_config
 from training.inputs import resolve_local
 from training.mlm_data import check_target_script, load_text_splits, row_stats, rows_fingerprint
-from training.run_record import CURVE_FILE, LOSS_LOG, SUMMARY_FILE, RunRecord
+from training.run_record import (CARD_FILE, CARD_OPTIONS_FILE, CURVE_FILE, GENERATED_CARD_MARKER, LOSS_LOG,
+                                 SUMMARY_FILE, RunRecord)
 from training.step import SpeedSettings, cpu_class, cpu_model_name, describe_speed, resolve_speed, retain_freed_memory
 
 
@@ -155,8 +156,11 @@ def claim_output_dir(config: PostTrainConfig, accelerator: Accelerator) -> None:
     if accelerator.is_main_process:
         shutil.rmtree(output_dir / "checkpoints", ignore_errors=True)
         shutil.rmtree(output_dir / "tensorboard", ignore_errors=True)
-        for name in (SUMMARY_FILE, LOSS_LOG, CURVE_FILE):  # the curve's points probed the run replaced here
+        for name in (SUMMARY_FILE, LOSS_LOG, CURVE_FILE, CARD_OPTIONS_FILE):  # all about the run replaced here
             (output_dir / name).unlink(missing_ok=True)
+        card = output_dir / CARD_FILE
+        if card.is_file() and GENERATED_CARD_MARKER in card.read_text(encoding="utf-8", errors="replace"):
+            card.unlink()  # the replaced run's generated card (a hand-written one is the user's: kept)
     accelerator.wait_for_everyone()
 
 
