@@ -26,11 +26,6 @@ def check(repo_id: str, *, needs_token: bool = False, sources: list | None = Non
         check_repo_id(repo_id)
     except PushError as error:
         problem = ("repo_id", str(error).removesuffix(" (nothing uploaded)"))
-    if problem is None and needs_token:
-        if hub_offline():
-            problem = ("token", "offline mode (HF_HUB_OFFLINE is set) cannot reach the Hub; unset it")
-        elif not find_token():
-            problem = ("token", "no Hugging Face token; run `hf auth login` (or set HF_TOKEN)")
     if problem is None and sources is not None and known_license(license, method, sources) is None:
         problem = ("license", str(license_unknown(method, next((s for s in sources if s), None), fix=fix)))
     if problem is None and license and license_id_problem(license):
@@ -40,6 +35,11 @@ def check(repo_id: str, *, needs_token: bool = False, sources: list | None = Non
             check_base_model(base_model)
         except UserError as error:
             problem = ("base_model", str(error))
+    if problem is None and needs_token:  # last: the options first, then what this machine lacks
+        if hub_offline():
+            problem = ("token", "offline mode (HF_HUB_OFFLINE is set) cannot reach the Hub; unset it")
+        elif not find_token():
+            problem = ("token", "no Hugging Face token; run `hf auth login` (or set HF_TOKEN)")
     if problem is not None:
         error = PushError(problem[1])
         error.field = problem[0]

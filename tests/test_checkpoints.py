@@ -370,7 +370,7 @@ def test_a_full_disk_while_writing_the_model_folder_is_one_line_and_resume_only_
     assert len(errors) == 1 and "Traceback" not in err, err
     assert errors[0].startswith(f"error: no space left on the device writing {cut / 'model.safetensors'}")
     assert "--resume latest" in errors[0]
-    assert [s for s, _ in list_checkpoints(cut)] == [8, 10]  # the cadence, and the run's last step
+    assert [s for s, _ in list_checkpoints(cut)] == [4, 8, 10]  # the cadence, and the run's last step in a slot of its own
     reset_accelerate()
     run_inprocess(run_args(tiny, cut, **common) + ["--resume", "latest"])
     assert f"resuming from {cut / 'checkpoints' / 'checkpoint-10'}" in capsys.readouterr().out
@@ -378,6 +378,34 @@ def test_a_full_disk_while_writing_the_model_folder_is_one_line_and_resume_only_
     a = json.loads((full / "training_summary.json").read_text())
     b = json.loads((cut / "training_summary.json").read_text())
     assert a["final_metrics"] == b["final_metrics"] and [p["steps"] for p in b["phases"]] == [4, 6]
+    assert [s for s, _ in list_checkpoints(cut)] == [4, 8]  # the run's end, off the cadence, gone with the outputs
+
+
+def test_a_run_whose_last_phase_stops_early_is_checkpointed_where_it_stopped(tiny, tmp_path, capsys, monkeypatch):
+    """Early stopping ends the last phase before its planned steps: that step is checkpointed too, and a
+    resume from it trains no further (the phase stays stopped) and writes the same outputs."""
+    import errno
+
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    common = dict(train_steps=16, phase1_steps=2, save_steps=5, eval_steps=1, early_stopping_patience=1,
+                  learning_rate=3e-2, save_total_limit=2)
+    a = run_inprocess(run_args(tiny, full, **common))
+    assert a["phases"][-1]["stopped_early"] and a["total_steps"] < 16  # the setting this test needs
+    reset_accelerate()
+
+    def full_disk(model, tokenizer, folder, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(Path(folder) / "model.safetensors"))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(post_train, "save_model_folder", full_disk)
+        assert post_train.main(run_args(tiny, cut, **common)) == 2
+    assert list_checkpoints(cut)[-1][0] == a["total_steps"]
+    assert f"from checkpoint-{a['total_steps']}, which is complete" in capsys.readouterr().err
+    reset_accelerate()
+    b = run_inprocess(run_args(tiny, cut, **common) + ["--resume", "latest"])
+    assert losses(cut) == losses(full) and b["final_metrics"] == a["final_metrics"]
+    assert [(p["steps"], p["stopped_early"]) for p in b["phases"]] == [(p["steps"], p["stopped_early"]) for p in a["phases"]]
+    assert a["total_steps"] not in [s for s, _ in list_checkpoints(cut)]  # off the cadence: gone once the outputs are
 
 
 @pytest.fixture

@@ -56,7 +56,7 @@ def test_phase1_trains_only_its_groups_and_phase2_trains_everything(tiny, tmp_pa
 
     source = source_weights(tiny["bert"][0])
     ckpts = dict(list_checkpoints(out))
-    assert sorted(ckpts) == [1, 2, 3, 4, 5, 6, 7]  # every step but the last (the model); 4 ends phase 1
+    assert sorted(ckpts) == [1, 2, 3, 4, 5, 6, 7, 8]  # every step, the run's end too; 4 ends phase 1
     step1, step3, step4, step5 = (checkpoint_weights(ckpts[s]) for s in (1, 3, 4, 5))
     pairs = reused_pairs(step1, "bert")
     assert len(pairs) > 20

@@ -147,6 +147,15 @@ def _discard_partial(error: BaseException, output_dir, tmp: Path, final: Path, k
                    f"save_total_limit (now {keep}) or raise save_steps, then continue with --resume latest") from error
 
 
+def out_of_space_advice(error: OSError, output_dir) -> str:
+    """One line for a full disk outside a checkpoint (the loss log, the model folder): what to do, and
+    whether a checkpoint is there to continue from."""
+    done = list_checkpoints(output_dir)
+    resume = (f"continue with --resume latest (from {done[-1][1].name}, which is complete)" if done else
+              "run it again (no checkpoint was written yet)")
+    return f"no space left on the device writing {error.filename or output_dir}: free space there and {resume}"
+
+
 def save_checkpoint(accelerator, output_dir, step: int, state: dict, keep: int, save_state=None) -> Path:
     """Collective: every process calls it. `save_state(dir)` defaults to `accelerator.save_state`.
     Raises `DiskFull` when the device fills up; the previous checkpoints are kept either way."""

@@ -62,7 +62,8 @@ from modeling_xpt import save_model_folder, set_trainable_groups, trainable_grou
 from modeling_xpt.tokenizer_files import recorded_language
 from tokenization.errors import ConfigError, UserError, report_error
 from tokenization.folders import write_text_atomic
-from training.checkpointing import DiskFull, FolderInUse, folder_lock, read_state, save_checkpoint
+from training.checkpointing import (DiskFull, FolderInUse, folder_lock, out_of_space_advice, read_state,
+                                    save_checkpoint)
 from training.config import PhaseConfig, PostTrainConfig, describe_batch, flat_hparams, load_config
 from training.config_checks import data_to_read
 from training.inputs import check_families, recorded_ref, resolve_local, resolve_source, source_family
@@ -71,18 +72,10 @@ from training.masked_lm import MaskedLMTraining, set_dropout, use_speed_paths
 from training.mlm_batches import BatchSchedule, Masker, TrainMicroBatches, train_loader
 from training.mlm_data import build_token_rows, describe_data_source
 from training.publishing import publisher, retry_command
-from training.run_record import LOSS_LOG, SUMMARY_FILE, BatchRecord, DataRecord, PhaseRecord, RunRecord
+from training.run_record import LOSS_LOG, SUMMARY_FILE, BatchRecord, DataRecord, PhaseRecord, RunRecord, logged_step
 from training.run_setup import (check_resumed_settings, claim_output_dir, dry_run, finished_run, get_tokenizer,
                                 hardware, load_splits, resume_point, row_statistics, start_run)
 from training.step import SpeedSettings, build_optimizer, compile_for_training, training_step
-
-
-def _logged_step(line: str) -> int | None:
-    """The step of a losses.jsonl line; None for a line torn by a crash in mid-write (dropped on resume)."""
-    try:
-        return int(json.loads(line)["step"])
-    except (ValueError, KeyError, TypeError):
-        return None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -181,8 +174,7 @@ def train(config: PostTrainConfig, on_step_end: Callable[[RunState], None] | Non
     except OSError as error:  # the loss log or the output folder on a full disk
         if error.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
-        refusal = UserError(f"no space left on the device writing {error.filename or config.output_dir}: free space "
-                            "there and continue with --resume latest (the newest checkpoint is complete)")
+        refusal = UserError(out_of_space_advice(error, config.output_dir))
     # raised once the error (with the run's frames and open progress bar) is released: the bar ends its line first
     raise refusal
 
@@ -282,7 +274,7 @@ def prepare_run(config: PostTrainConfig, accelerator: Accelerator, speed: SpeedS
         kept = []
         if resume_from and run.loss_log.is_file():
             kept = [line for line in run.loss_log.read_text().splitlines()
-                    if (step := _logged_step(line)) is not None and step <= state.step]
+                    if (step := logged_step(line)) is not None and step <= state.step]
         write_text_atomic(run.loss_log, "".join(line + "\n" for line in kept))
     if resume_from:
         log(f"resuming from {resume_from} (step {state.step}, phase {run.phases[state.phase_index].name} "
@@ -318,11 +310,11 @@ def run_phase(run: Run, state: RunState, phase_index: int, progress, *, resume_f
         # the save due at the step that ended the last phase, taken with this phase's fresh optimiser
         run.add_wall_time(state)
         save_checkpoint(accelerator, run.output_dir, state.step, asdict(state), config.save_total_limit)
-    stopped_early = False
+    stopped_early = bool(phase.early_stopping_patience) and state.bad_evals >= phase.early_stopping_patience  # resumed
     loader = iter(train_loader(run.micro_batches, state.step, state.step + phase.steps - state.phase_step,
                                num_workers=run.speed.loader_workers))
     tick_from, tick_tokens = state.train_time_s, 0  # the logged tokens/s: over step time only, as the summary's
-    while state.phase_step < phase.steps:
+    while state.phase_step < phase.steps and not stopped_early:
         step_started = time.time()
         batches = [next(loader) for _ in range(run.accumulation)]
         result = training_step(step_module, batches, optimizer, scheduler, accelerator, params=trainable,
@@ -351,10 +343,12 @@ def run_phase(run: Run, state: RunState, phase_index: int, progress, *, resume_f
         if step % config.eval_steps == 0 and state.phase_step < phase.steps:
             stopped_early = evaluate_during_phase(run, state, phase)
         # on the cadence within a phase (a phase's last step: with the next one's optimiser), and at the run's end
-        run_end = phase_index == len(run.phases) - 1 and state.phase_step == phase.steps
+        # (in a slot of its own, removed once the outputs are written: `write_outputs`)
+        run_end = phase_index == len(run.phases) - 1 and (state.phase_step == phase.steps or stopped_early)
         if (step % config.save_steps == 0 and state.phase_step < phase.steps and not stopped_early) or run_end:
             run.add_wall_time(state)
-            save_checkpoint(accelerator, run.output_dir, step, asdict(state), config.save_total_limit)
+            keep = config.save_total_limit + (run_end and step % config.save_steps != 0)
+            save_checkpoint(accelerator, run.output_dir, step, asdict(state), keep)
         if on_step_end is not None:
             on_step_end(state)
         if stopped_early:
@@ -462,6 +456,8 @@ def write_outputs(run: Run, state: RunState) -> RunRecord:
                 + (f"{hits / base_hits:.2f}x the baseline's" if base_hits else f"{hits:.4g} (the baseline's is 0)"))
         if not config.keep_checkpoints:  # optimiser states are not part of the model folder
             shutil.rmtree(run.output_dir / "checkpoints", ignore_errors=True)
+        elif state.step % config.save_steps:  # the run's end, off the cadence: the model folder holds those weights
+            shutil.rmtree(run.output_dir / "checkpoints" / f"checkpoint-{state.step}", ignore_errors=True)
         if config.push_to_hub:
             hub = publisher()
             try:  # the folder is saved whatever happens here; a failed upload can be retried by hand

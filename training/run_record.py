@@ -37,6 +37,14 @@ class RecordError(UserError):
     field this version does not have. The message is one line naming the file and what to do."""
 
 
+def logged_step(line: str) -> int | None:
+    """The step of a losses.jsonl line; None for a line torn by a crash in mid-write (dropped on resume)."""
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 @dataclass
 class DataRecord:
     """What post-training read."""
