@@ -109,7 +109,8 @@ class PostTrainConfig:
                                   "texts hold a character of the language's script, e.g. English text given for ko; 0: no check")
     valid_size: int = arg(2000, "sentences held out for valid when the data has no valid split")
     test_size: int = arg(2000, "sentences held out for test when the data has no test split")
-    max_train_sentences: int | None = arg(None, "train on N train sentences, a seeded sample (data-efficiency settings)")
+    max_train_sentences: int | None = arg(None, "train on N train sentences, a seeded sample (data-efficiency "
+                                                "settings; with streaming, the first N records read)")
     max_eval_sentences: int | None = arg(5000, "cap valid/test for evaluation cost")
     max_seq_length: int = arg(128, "tokens per packed row (sentences longer than this are cut into consecutive chunks)")
     packing: bool = arg(True, "pack sentences into full rows (block attention); False: pad with length grouping")

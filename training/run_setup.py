@@ -277,10 +277,10 @@ def row_statistics(rows: dict, splits: dict, tokenizer, state, resume_from: Path
         was = was if isinstance(was, dict) else {"train": was}  # checkpoints that fingerprinted train only
         if was["train"] != fingerprints["train"]:
             raise ConfigError("resume", f"{resume_from} was trained on other token rows than this run reads "
-                              f"({stats['train']['rows']:,} rows now): the data or the tokenizer changed since (or, "
-                              "for raw text held out from before copies of held-out texts were dropped from train, how "
-                              "it is split); resume with the ones it started with, or start a new run in another "
-                              "--output-dir")
+                              f"({stats['train']['rows']:,} rows now): the data or the tokenizer changed since (or, for "
+                              "a checkpoint from before copies of held-out texts were dropped from train or before "
+                              "max_train_sentences took a seeded sample instead of the first sentences, how train is "
+                              "chosen); resume with the ones it started with, or start a new run in another --output-dir")
         changed = [split for split in was if split != "train" and was[split] != fingerprints.get(split)]
         if changed:
             raise ConfigError("resume", f"{resume_from} was evaluated on other {' and '.join(changed)} rows than this "

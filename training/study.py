@@ -12,7 +12,8 @@ stages, each using the package's own tools, each resumable:
 
 1. corpus: `tokenization.prepare_corpus` turns the input text into sentence-level train/valid/test
    splits; the train sentences are shuffled once (`seed`) and the first `max(sizes)` written to
-   `OUT/data`, so every data size N is the first N of one list (smaller sets nest in larger ones).
+   `OUT/data`; post-training takes every data size N as a seeded sample of that list, the same order for
+   every size, so smaller sets nest in larger ones.
 2. tokenizer: `tokenization.train_tokenizer` on the first `tokenizer_sentences` of that list (default:
    the largest size's), one vocabulary for every method and size.
 3. post-training: `training.post_train.train` for every (size, method): the same source, tokenizer,
