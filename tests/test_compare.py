@@ -177,3 +177,14 @@ def test_two_studies_of_one_recipe_keep_a_line_each_across_sizes(monkeypatch, tm
     compare.plot_task("nsmc", rows, tmp_path)
     assert sorted(drawn) == [("xpt (study-bf16)", [1000, 4000, 16000], [61.0, 62.0, 57.0]),
                              ("xpt (study-fp32)", [1000, 4000, 16000, 64000], [58.0, 59.0, 54.0, 50.0])]
+
+
+def test_studies_at_different_depths_keep_a_line_each_named_by_their_folders():
+    """Two studies of one recipe, one deeper in the file system than the other: a line per study across
+    sizes, each named by the folders that tell them apart, never an empty or root name."""
+    from training.compare import model_groups
+
+    points = [{"model": f"{root}/models/xpt-{n}", "sentences": n}
+              for root in ("/home/u/runs/s1", "/data/s2") for n in (1000, 4000)]
+    lines = {name: [p["sentences"] for p in group] for name, group in model_groups(points).items()}
+    assert lines == {"home/u/runs/s1": [1000, 4000], "data/s2": [1000, 4000]}

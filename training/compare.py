@@ -214,18 +214,21 @@ def plot_task(task: str, rows: list[dict[str, Any]], out: Path) -> Path:
 
 def model_groups(points: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """`points` of one plot label split into lines, each with one point per size: grouped by the folder
-    their models sit in, as high up as keeps the sizes of every group distinct (OUT/models/xpt-1000 and
-    OUT/models/xpt-4000 of one study make one line), else a line per model; each group is named by the part
-    of its path that the groups do not share (the study folder's name, or the model's)."""
-    paths = [Path(p["model"]).parts for p in points]
-    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-    for up in range(max(len(parts) for parts in paths) - 1, -1, -1):
-        groups = {}
+    their models sit in, as few groups as keep the sizes of every group distinct (OUT/models/xpt-1000 and
+    OUT/models/xpt-4000 of one study make one line), else a line per model; of the folder levels giving
+    those groups, the one nearest the models. Each group is named by the part of its path that the groups
+    do not share (the study folder's name, or the model's)."""
+    # a local path written relative (results from before models were recorded absolute) as the absolute one
+    paths = [(Path(p["model"]).resolve() if Path(p["model"]).exists() else Path(p["model"])).parts for p in points]
+    best: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for up in range(min(len(parts) for parts in paths)):  # a folder `up` levels above each model, never the root's
+        groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
         for parts, point in zip(paths, points):
-            groups.setdefault(parts[:len(parts) - up] if up < len(parts) else (), []).append(point)
-        if all(len({p["sentences"] for p in group}) == len(group) for group in groups.values()):
-            break
-    keys = list(groups)
+            groups.setdefault(parts[:len(parts) - up], []).append(point)
+        distinct = all(len({p["sentences"] for p in group}) == len(group) for group in groups.values())
+        if distinct and (not best or len(groups) < len(best)):
+            best = groups
+    keys = list(best)
     shared_head = 0
     while all(len(k) > shared_head + 1 and k[shared_head] == keys[0][shared_head] for k in keys):
         shared_head += 1
@@ -233,7 +236,7 @@ def model_groups(points: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]
     while all(len(k) > shared_head + shared_tail + 1 and k[-1 - shared_tail] == keys[0][-1 - shared_tail]
               for k in keys):
         shared_tail += 1
-    return {"/".join(k[shared_head:len(k) - shared_tail]) or "/".join(k): group for k, group in groups.items()}
+    return {str(Path(*k[shared_head:len(k) - shared_tail])): group for k, group in best.items()}
 
 
 def series_label(row: dict[str, Any], mixed_splits: bool) -> str:
