@@ -424,8 +424,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.spec or args.preset or args.extra_task or args.dry_run:
                 raise StudyError(f"{out} is a report folder, whose results.json holds its spec: give --out and "
                                  "--report-only alone")
-            with study_lock(out):  # a report folder (OUT/report, docs/study): drawn again
-                report = rewrite(out)
+            report = rewrite(out)  # a report folder (OUT/report, docs/study): drawn again
         else:
             if (args.report_only or args.resume and (out / SPEC_FILE).is_file()) and not (
                     args.spec or args.preset or args.extra_task):
@@ -439,8 +438,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.report_only:
                 saved_spec(out)  # a study is there
                 check_same_spec(out, spec)
-                with study_lock(out):
-                    report = stage_report(spec, out)
+                report = stage_report(spec, out)  # no lock: it reads runs and writes the report atomically, so it
+                # may show a running study's progress
             else:
                 report = run_study(spec, out, resume=args.resume)
     except UserError as error:
