@@ -697,6 +697,31 @@ def test_cleaning_keeps_text_in_angle_brackets_and_removes_known_tags():
     assert clean_paragraph('<span style="color:red">빨간</span> 글씨<br/>와 <BR>줄<br / >바꿈, <font color=red size=2>글꼴</font>, '
                            'x<sup>2</sup>, <div class="a" id=b>상자</div><ref name="r"/><ref>출처</ref> <ref>닫히지 않은 출처') == \
         ("빨간 글씨와 줄바꿈, 글꼴, x2, 상자 닫히지 않은 출처", None)
+    # web text: the rest of HTML's elements and Word's namespaced tags are markup too
+    assert clean_paragraph('기사 본문입니다.<iframe width="560" src="v"></iframe> 다음 문장입니다.<o:p></o:p>'
+                           '<input type="button" value="닫기"><nav>메뉴</nav>') == \
+        ("기사 본문입니다. 다음 문장입니다.메뉴", None)
+
+
+def test_a_stray_nul_byte_in_a_text_file_skips_its_line_and_a_licence_file_is_no_corpus_text(tmp_path):
+    """A NUL in the first lines marks a binary or UTF-16 file (refused); one later in crawled text is a bad
+    line, skipped and counted like invalid UTF-8. A LICENSE beside the Hub layout's split files is not a split."""
+    from tokenization.corpus_io import Utf8Counter, folder_splits, iter_lines
+
+    lines = [f"문장 {i} 입니다" for i in range(50)]
+    text = tmp_path / "crawl.txt"
+    text.write_bytes(("\n".join(lines[:30]) + "\n문장\x00 깨짐\n" + "\n".join(lines[30:]) + "\n").encode("utf-8"))
+    bad = Utf8Counter()
+    assert list(iter_lines(text, bad)) == lines
+    (tmp_path / "binary.txt").write_bytes(b"\x00\x01\x02 header\nrest\n")
+    with pytest.raises(InputError, match="NUL bytes"):
+        list(iter_lines(tmp_path / "binary.txt"))
+    hub = tmp_path / "hub"
+    (hub / "data").mkdir(parents=True)
+    for split in ("train", "test"):
+        (hub / "data" / f"{split}-00000-of-00001.txt").write_text("한 문장\n", encoding="utf-8")
+    (hub / "LICENSE").write_text("MIT License\n")
+    assert sorted(folder_splits(hub)) == ["test", "train"]
 
 
 def test_whitespace_like_control_characters_become_spaces_not_glue():
@@ -857,7 +882,7 @@ def test_only_a_build_folder_or_stats_without_the_marker_is_an_unfinished_run(tm
         assert [p.name for p in corpus_files(folder)] == ["part-00000.jsonl"]
 
 
-def test_prepare_corpus_reads_only_the_text_files_of_a_folder(tmp_path):
+def test_prepare_corpus_reads_only_the_text_files_of_a_folder(tmp_path, capsys):
     src = tmp_path / "src"
     _lines(src / "a.txt", "가", 2)
     (src / "wiki").mkdir()
@@ -870,9 +895,12 @@ def test_prepare_corpus_reads_only_the_text_files_of_a_folder(tmp_path):
     for name, body in not_text.items():
         (src / name).write_text(body, encoding="utf-8")
     (src / "table.parquet").write_bytes(b"PAR1" + "표 파일의 한국어 문장이다.\n".encode() + b"PAR1")
+    (src / "LICENSE").write_text("MIT License 한국어 문장이다.\n", encoding="utf-8")
     pc.prepare([str(src)], tmp_path / "out", valid=0, test=0, progress=False)
     assert sorted(_all_sentences(tmp_path / "out")) == sorted(
         ["가 문장 0번은 한국어 문장이다.", "가 문장 1번은 한국어 문장이다.", "위키 문장은 본문의 문장이다.", "압축된 문장도 읽는 문장이다."])
+    # said, never silent: README.md, notes.log, table.parquet, LICENSE (stats.json and _ or . names are the layout's)
+    assert f"{src}: 4 file(s) left out, not text" in capsys.readouterr().err
 
 
 def test_an_interrupted_prepare_is_rerun_by_the_command_its_error_names(tmp_path, monkeypatch, capsys):

@@ -15,7 +15,8 @@ one corpus, every text file under it.
 Lines that are not valid UTF-8 are skipped and counted (never a crash, never silent), with one
 summary line per file. A file in which such lines outnumber the readable ones is refused instead:
 it is a binary file or text in another encoding, and skipping would quietly drop all of it. So are
-a line holding a NUL byte (a binary file or UTF-16 text), tar archives and compressions other than
+a file with NUL bytes in its first lines (a binary file or UTF-16 text; a stray NUL later skips its
+line, counted), tar archives and compressions other than
 gzip, bzip2 and xz (zip, zstd, 7z...), found by name or by their first bytes: extract the text first.
 """
 from __future__ import annotations
@@ -40,6 +41,7 @@ SPLITS = ("train", "valid", "test")
 # The names a split goes by in a folder: FOLDER/NAME (a folder or a file) or FOLDER/NAME.* files.
 SPLIT_NAMES = {"train": ("train",), "valid": ("valid", "validation", "dev"), "test": ("test",)}
 TEXT_SUFFIXES = (".txt", ".jsonl", ".json", ".text", "")
+REPOSITORY_FILES = ("LICENSE", "LICENCE", "NOTICE", "COPYING", "AUTHORS", "README", "CITATION", "CHANGELOG")
 COMPRESSED = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
 # The same compressions under another name, told by their first bytes.
 COMPRESSED_MAGIC = ((re.compile(rb"\x1f\x8b"), gzip.open), (re.compile(rb"BZh[1-9]1AY&SY"), bz2.open),
@@ -140,11 +142,13 @@ def iter_lines(path: Path, bad: Utf8Counter | None = None) -> Iterator[str]:
     with f:
         try:
             for raw in f:
-                if b"\0" in raw:
+                if b"\0" in raw and read + skipped < 3:  # at the start: a binary file or UTF-16, not one stray byte
                     raise InputError(f"{path}:{read + skipped + 1}: holds NUL bytes, so this is a binary file (an "
                                      "archive, a database...) or UTF-16 text, not UTF-8 text; extract the text first, "
                                      "or re-encode UTF-16 (iconv -f utf-16 -t utf-8)")
                 try:
+                    if b"\0" in raw:  # a stray NUL later in a text file: the line is skipped and counted
+                        raise UnicodeDecodeError("utf-8", raw, raw.index(b"\0"), raw.index(b"\0") + 1, "NUL byte")
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError:
                     skipped += 1
@@ -226,6 +230,8 @@ def is_text_file(path: Path) -> bool:
     reading refuses it rather than leave its text out unsaid. Never stats.json nor a name starting with ``_``
     or ``.`` (the completion marker, hidden files)."""
     if path.name.startswith((".", "_")) or path.name == STATS_FILE:
+        return False
+    if not path.suffix and path.name.upper().startswith(REPOSITORY_FILES):  # LICENSE, NOTICE: not corpus text
         return False
     return base_suffix(path) in TEXT_SUFFIXES or archive_kind(path) is not None
 

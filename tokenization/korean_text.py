@@ -44,7 +44,12 @@ _TAG = re.compile(r"<\s*(/\s*)?(" + _CONTENT_TAGS + r")\b([^<>]*)>", re.I)
 _HTML_TAGS = (_CONTENT_TAGS + "|a|abbr|b|bdi|bdo|big|blockquote|br|caption|categorytree|ce|center|chem|cite|col|colgroup|"
               "dd|del|dfn|div|dl|dt|em|font|h[1-6]|hiero|hr|i|imagemap|img|includeonly|indicator|ins|kbd|li|mapframe|"
               "mark|noinclude|nowiki|ol|onlyinclude|p|poem|q|rb|references|rp|rt|rtc|ruby|s|samp|section|small|"
-              "source|span|strike|strong|sub|sup|table|tbody|td|templatestyles|tfoot|th|thead|tr|tt|u|ul|var|wbr")
+              "source|span|strike|strong|sub|sup|table|tbody|td|templatestyles|tfoot|th|thead|tr|tt|u|ul|var|wbr|"
+              # the rest of HTML's elements, for web text; and namespaced tags (Word's <o:p>)
+              "address|area|article|aside|audio|base|body|button|canvas|data|datalist|details|dialog|embed|"
+              "fieldset|figcaption|figure|footer|form|head|header|hgroup|html|iframe|input|label|legend|link|main|"
+              "map|menu|meta|meter|nav|nobr|noscript|object|optgroup|option|output|param|picture|progress|script|"
+              "search|select|slot|style|summary|svg|template|textarea|time|title|track|video|[a-z]+:[a-z]+")
 _HTML = re.compile(r"</?\s*(?:" + _HTML_TAGS + r")"
                    r"(?:\s+[^\s<>=/\"']+(?:\s*=\s*(?:\"[^\"<>]*\"|'[^'<>]*'|[^\s<>\"']+))?)*\s*(?:/\s*)?>", re.I)
 _TEMPLATE = re.compile(r"\{\{[^{}]*\}\}")

@@ -10,9 +10,8 @@
 * a WikiExtractor output folder (or file): ``<doc id=.. title=..>`` blocks, first line the title;
 * a ``.txt`` file (one document per line), a ``.jsonl`` file (one document per line in the
   ``text`` field), each optionally ``.gz``/``.bz2``/``.xz``; a folder of such files (subfolders too;
-  other files, ``stats.json`` and names starting with ``_`` or ``.`` left out, archives refused); a glob.
-
-Local inputs need no network.
+  other files, ``stats.json`` and names starting with ``_`` or ``.`` left out and counted, archives
+  refused); a glob. Local inputs need no network.
 
 Pipeline, streamed document by document: paragraph cleaning (markup remnants, NFC, empty lines;
 :mod:`tokenization.korean_text`) -> sentence splitting (rule-based, measured against kss; see
@@ -154,6 +153,8 @@ def resolve_inputs(specs: Sequence[str]) -> list[tuple[str, list[Path] | None]]:
             if not files:
                 raise InputError(f"{spec}: folder holds no text files (give .txt/.jsonl[.gz] files or a WikiExtractor "
                                  "output folder)")
+            if left := len(data_files(p, lambda f: f.name[0] not in "._" and f.name != STATS_FILE)) - len(files):
+                print(f"{spec}: {left} file(s) left out, not text (.txt, .jsonl, .json, .text or none)", file=sys.stderr)
             out.append((spec, files))
         elif any(c in spec for c in "*?["):
             files = sorted(Path(f) for f in glob.glob(spec, recursive=True) if Path(f).is_file())
