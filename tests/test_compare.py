@@ -188,3 +188,12 @@ def test_studies_at_different_depths_keep_a_line_each_named_by_their_folders():
               for root in ("/home/u/runs/s1", "/data/s2") for n in (1000, 4000)]
     lines = {name: [p["sentences"] for p in group] for name, group in model_groups(points).items()}
     assert lines == {"home/u/runs/s1": [1000, 4000], "data/s2": [1000, 4000]}
+
+
+def test_models_right_under_top_level_folders_are_never_grouped_at_the_root():
+    from training.compare import model_groups
+
+    points = [{"model": m, "sentences": n} for m, n in (("/a/xpt-1000", 1000), ("/b/xpt-4000", 4000),
+                                                        ("/c/d/xpt-1000", 1000), ("/c/d/xpt-4000", 4000))]
+    lines = {name: [p["model"] for p in group] for name, group in model_groups(points).items()}
+    assert lines == {"a": ["/a/xpt-1000"], "b": ["/b/xpt-4000"], "c/d": ["/c/d/xpt-1000", "/c/d/xpt-4000"]}

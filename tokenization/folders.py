@@ -70,8 +70,9 @@ def put_back(aside: Path, target: Path) -> None:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """`text` in `path`, whole or not at all: written beside it, flushed to disk, then renamed over it."""
-    tmp = path.with_name(path.name + ".tmp")
+    """`text` in `path`, whole or not at all: written beside it, flushed to disk, then renamed over it (the
+    temporary name is the process's own: two writers never share it)."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()

@@ -221,7 +221,7 @@ def model_groups(points: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]
     # a local path written relative (results from before models were recorded absolute) as the absolute one
     paths = [(Path(p["model"]).resolve() if Path(p["model"]).exists() else Path(p["model"])).parts for p in points]
     best: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-    for up in range(min(len(parts) for parts in paths)):  # a folder `up` levels above each model, never the root's
+    for up in range(min(len(parts) for parts in paths) - 1):  # a folder `up` levels above each model, never the root
         groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
         for parts, point in zip(paths, points):
             groups.setdefault(parts[:len(parts) - up], []).append(point)

@@ -238,7 +238,8 @@ def load_text_splits(data: str, *, text_column: str = "text", valid_size: int = 
         need = sum(sizes[s] for s in missing)
         if len(corpus) <= need:
             raise ConfigError(" + ".join(f"{s}_size" for s in missing), f"{' + '.join(str(sizes[s]) for s in missing)} "
-                              f"held-out sentences, but data {data!r} has {len(corpus)}: give smaller sizes, or more text")
+                              f"held-out sentences need more than {need} in the data, to leave some to train on; "
+                              f"{data!r} has {len(corpus)}: give smaller sizes, or more text")
         corpus = corpus.shuffle(seed=split_seed)
         start = 0
         for split in ("test", "valid"):

@@ -317,11 +317,26 @@ def stage_report(spec: StudySpec, out: Path) -> Path:
 
     folder = out / "report"
     folder.mkdir(exist_ok=True)
-    report = collect(spec, out)
-    write_text_atomic(folder / "results.json", json.dumps(report, indent=1, ensure_ascii=False) + "\n")
-    write_text_atomic(folder / "results.md", markdown(report, spec))
-    plot(report, spec, folder)
+    with report_turn(folder):  # a report of progress beside the running study: one writer at a time, each whole
+        report = collect(spec, out)
+        write_text_atomic(folder / "results.json", json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+        write_text_atomic(folder / "results.md", markdown(report, spec))
+        plot(report, spec, folder)
     return folder
+
+
+@contextmanager
+def report_turn(folder: Path):
+    """Wait for, then hold, `folder`'s report lock: the runs are read and the report written by one process
+    at a time, so the last one to finish read every run the others did."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no OS lock
+        yield
+        return
+    with open(folder / ".lock", "a+", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes, or the process ends
+        yield
 
 
 # --- driver ----------------------------------------------------------------------------------------
