@@ -348,22 +348,27 @@ def test_disk_full_while_saving_a_checkpoint_is_one_line_and_resume_continues_ex
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def _fill_disk_at_the_model_folder(patch):
+    """The model folder's write fails as on a full disk (ENOSPC), after every training step is done."""
+    import errno
+
+    def full_disk(model, tokenizer, folder, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(Path(folder) / "model.safetensors"))
+
+    patch.setattr(post_train, "save_model_folder", full_disk)
+
+
 def test_a_full_disk_while_writing_the_model_folder_is_one_line_and_resume_only_writes_it(tiny, tmp_path, capsys,
                                                                                            monkeypatch):
     """The run's last step is checkpointed before the final evaluation and the model folder: a failure
     there (here a full disk) costs no steps, and the resume starts from that checkpoint."""
-    import errno
-
     full, cut = tmp_path / "full", tmp_path / "cut"
     common = dict(train_steps=10, phase1_steps=4, save_steps=4, save_total_limit=2)
     run_inprocess(run_args(tiny, full, **common))
     reset_accelerate()
 
-    def full_disk(model, tokenizer, folder, **kwargs):
-        raise OSError(errno.ENOSPC, "No space left on device", str(Path(folder) / "model.safetensors"))
-
     with monkeypatch.context() as patch:
-        patch.setattr(post_train, "save_model_folder", full_disk)
+        _fill_disk_at_the_model_folder(patch)
         assert post_train.main(run_args(tiny, cut, **common)) == 2
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("error:")]
@@ -384,8 +389,6 @@ def test_a_full_disk_while_writing_the_model_folder_is_one_line_and_resume_only_
 def test_a_run_whose_last_phase_stops_early_is_checkpointed_where_it_stopped(tiny, tmp_path, capsys, monkeypatch):
     """Early stopping ends the last phase before its planned steps: that step is checkpointed too, and a
     resume from it trains no further (the phase stays stopped) and writes the same outputs."""
-    import errno
-
     full, cut = tmp_path / "full", tmp_path / "cut"
     common = dict(train_steps=16, phase1_steps=2, save_steps=5, eval_steps=1, early_stopping_patience=1,
                   learning_rate=3e-2, save_total_limit=2)
@@ -393,11 +396,8 @@ def test_a_run_whose_last_phase_stops_early_is_checkpointed_where_it_stopped(tin
     assert a["phases"][-1]["stopped_early"] and a["total_steps"] < 16  # the setting this test needs
     reset_accelerate()
 
-    def full_disk(model, tokenizer, folder, **kwargs):
-        raise OSError(errno.ENOSPC, "No space left on device", str(Path(folder) / "model.safetensors"))
-
     with monkeypatch.context() as patch:
-        patch.setattr(post_train, "save_model_folder", full_disk)
+        _fill_disk_at_the_model_folder(patch)
         assert post_train.main(run_args(tiny, cut, **common)) == 2
     assert list_checkpoints(cut)[-1][0] == a["total_steps"]
     assert f"from checkpoint-{a['total_steps']}, which is complete" in capsys.readouterr().err

@@ -456,22 +456,27 @@ def test_digest_set_exact_across_merges():
     assert ds.add(1 << 63) and not ds.add(1 << 63)
 
 
+def _interrupt_splitting_at(monkeypatch, call: int):
+    """prepare_corpus stops as on Ctrl-C at its `call`-th paragraph; returns the real splitter."""
+    real, calls = pc.split_sentences, {"n": 0}
+
+    def dying(text):
+        calls["n"] += 1
+        if calls["n"] == call:
+            raise KeyboardInterrupt
+        return real(text)
+
+    monkeypatch.setattr(pc, "split_sentences", dying)
+    return real
+
+
 def test_interrupted_run_leaves_nothing_complete_and_rerun_works(tmp_path, monkeypatch):
     f = tmp_path / "in.txt"
     f.write_text("\n".join(_many_sentences(200)) + "\n", encoding="utf-8")
     out = tmp_path / "out"
     pc.prepare([str(f)], out, valid=10, test=10, shard_size=30, progress=False)  # a complete earlier run
     assert (out / COMPLETE_MARKER).exists()
-    calls = {"n": 0}
-    real = pc.split_sentences
-
-    def dying(text):
-        calls["n"] += 1
-        if calls["n"] == 120:
-            raise KeyboardInterrupt
-        return real(text)
-
-    monkeypatch.setattr(pc, "split_sentences", dying)
+    real = _interrupt_splitting_at(monkeypatch, 120)
     with pytest.raises(KeyboardInterrupt):
         pc.prepare([str(f)], out, valid=10, test=10, shard_size=30, progress=False)
     # nothing that looks complete: no marker, no stats, no split shards in place (only the hidden build dir)
@@ -907,16 +912,7 @@ def test_an_interrupted_prepare_is_rerun_by_the_command_its_error_names(tmp_path
     f = tmp_path / "in.txt"
     f.write_text("\n".join(_many_sentences(60)) + "\n", encoding="utf-8")
     out = tmp_path / "out"
-    real = pc.split_sentences
-    calls = {"n": 0}
-
-    def dying(text):
-        calls["n"] += 1
-        if calls["n"] == 30:
-            raise KeyboardInterrupt
-        return real(text)
-
-    monkeypatch.setattr(pc, "split_sentences", dying)
+    real = _interrupt_splitting_at(monkeypatch, 30)
     with pytest.raises(KeyboardInterrupt):
         pc.prepare([str(f)], out, valid=5, test=5, progress=False)
     assert [p.name for p in out.iterdir()] == [".building"]
