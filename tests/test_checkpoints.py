@@ -116,6 +116,26 @@ def test_a_folder_in_use_is_refused_and_a_killed_holder_frees_it(tiny, tmp_path,
     assert summary["total_steps"] == 2 and not (out / ".lock").exists()
 
 
+def test_a_waiting_lock_is_taken_when_its_holder_ends(tmp_path):
+    """`wait=True` (the study report's writers) queues behind the holder instead of refusing."""
+    import threading
+
+    from training.checkpointing import folder_lock
+
+    folder, taken = tmp_path / "report", threading.Event()
+
+    def second():
+        with folder_lock(folder, wait=True):
+            taken.set()
+
+    with folder_lock(folder):
+        waiter = threading.Thread(target=second)
+        waiter.start()
+        assert not taken.wait(0.5)  # still held
+    waiter.join(10)
+    assert taken.is_set()
+
+
 def test_a_lock_taken_on_a_lock_file_its_holder_just_removed_is_taken_again(tmp_path, monkeypatch):
     """A holder removes `.lock` as it ends. A run that opened the file just before and locks it just after
     holds a lock on a removed file, which guards nothing: a third run may already hold the new `.lock`.

@@ -204,11 +204,12 @@ class FolderInUse(RuntimeError):
 
 
 @contextmanager
-def folder_lock(folder, enabled: bool = True):
+def folder_lock(folder, enabled: bool = True, wait: bool = False):
     """Hold `folder/.lock` while a run writes into `folder`; a second run on the same folder fails at
     once. An OS lock (`flock`), not a marker file: the kernel releases it when the holder exits, however
     it exits, so a crashed or killed run never leaves the folder locked. Hand-written because neither
-    Accelerate nor the Hub libraries guard an output folder. No-op where `fcntl` does not exist (Windows)."""
+    Accelerate nor the Hub libraries guard an output folder. `wait`: wait for the holder to end instead of
+    failing. No-op where `fcntl` does not exist (Windows)."""
     try:
         import fcntl
     except ImportError:
@@ -218,12 +219,12 @@ def folder_lock(folder, enabled: bool = True):
         return
     folder = Path(folder)
     created = not folder.exists()
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK_FILE
     while True:
+        folder.mkdir(parents=True, exist_ok=True)  # again after a holder that created it removed it as it ended
         handle = open(path, "a+", encoding="utf-8")
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             handle.seek(0)
             holder = handle.read().strip() or "another process"

@@ -5,6 +5,7 @@ on this machine. Errors are `ConfigError`s naming the field.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from pathlib import Path
 
@@ -37,8 +38,9 @@ def resume_changes(saved: dict, now: dict) -> tuple[dict, dict]:
     """(shaping, free): the fields whose value differs between the settings a run was started with
     (`saved`, `PostTrainConfig.to_dict()`) and the settings it is resumed with, each as {field: [old, new]}.
     `eval_steps` is free unless early stopping reads the evaluations. A field the saved settings lack was
-    added to the config since the checkpoint was written: that run had the field's default."""
-    defaults = PostTrainConfig().to_dict()
+    added to the config since the checkpoint was written: that run had the field's default. `now` may be
+    `PostTrainConfig.to_dict()` as it is: compared as a checkpoint saves it (tuples as lists)."""
+    now, defaults = json.loads(json.dumps(now)), json.loads(json.dumps(PostTrainConfig().to_dict()))
     saved = {**{k: defaults[k] for k in now.keys() - saved.keys() if k in defaults}, **saved}
     free_fields = set(RESUME_FREE)
     patience = [settings.get("early_stopping_patience") for settings in
@@ -51,10 +53,15 @@ def resume_changes(saved: dict, now: dict) -> tuple[dict, dict]:
     return shaping, {k: v for k, v in changed.items() if k in free_fields}
 
 
+def listed_changes(changes: dict) -> str:
+    """{field: [old, new]} as one phrase for a message: "seed 1 -> 2, data 'a' -> 'b'"."""
+    return ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())
+
+
 def refuse_changed_resume(shaping: dict, checkpoint) -> None:
     """One line naming every changed field with its old and new value, and the ways forward."""
     if shaping:
-        listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in shaping.items())
+        listed = listed_changes(shaping)
         raise ConfigError("resume", f"{checkpoint} was trained with other settings: {listed}. A resumed run "
                           "continues the saved schedule, batches and seed, so the change would not take effect or "
                           "would mix two runs: resume with the run's own settings (drop these options, or give the saved "

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from training import metrics_downstream, sentence_similarity
+from training.config_checks import listed_changes
 from training.finetuned_model import SAVE_CHOICES
 from training.inputs import recorded_ref
 from training.publishing import publisher
@@ -314,6 +315,6 @@ def check_reused_folder(args, seeds: list[int], spec: TaskSpec) -> None:
     changed = {k: (was.get(k), v) for k, v in now.items() if k in was and was.get(k) != v and
                not (k == "seeds" and now["mode"] == "probe")}
     if changed and not args.overwrite_output_dir:
-        listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
+        listed = listed_changes(changed)
         raise TaskDataError(f"--output-dir {args.output_dir} holds the results of a run with other options ({listed}): "
                             "choose another --output-dir, or pass --overwrite-output-dir to replace them")

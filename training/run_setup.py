@@ -22,7 +22,8 @@ from tokenization.errors import ConfigError
 from tokenization.train_tokenizer import train_tokenizer
 from training.checkpointing import checkpoint_problem, latest_checkpoint, latest_usable_checkpoint, list_checkpoints
 from training.config import PostTrainConfig, describe_plan
-from training.config_checks import missing_data, refuse_changed_resume, resume_changes, validate_config
+from training.config_checks import (listed_changes, missing_data, refuse_changed_resume, resume_changes,
+                                    validate_config)
 from training.inputs import resolve_local
 from training.mlm_data import check_target_script, load_text_splits, row_stats, rows_fingerprint
 from training.run_record import (CARD_FILE, CARD_OPTIONS_FILE, CURVE_FILE, GENERATED_CARD_MARKER, LOSS_LOG,
@@ -172,10 +173,10 @@ def finished_run(config: PostTrainConfig, output_dir: Path, log) -> RunRecord | 
         return None
     record = RunRecord.read(output_dir)
     if record.config:
-        shaping, _ = resume_changes(record.config, json.loads(json.dumps(config.to_dict())))
+        shaping, _ = resume_changes(record.config, config.to_dict())
         if shaping:
-            listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in shaping.items())
-            raise ConfigError("resume", f"{output_dir} holds a run finished with other settings ({listed}); a "
+            raise ConfigError("resume", f"{output_dir} holds a run finished with other settings "
+                              f"({listed_changes(shaping)}); a "
                               "finished run trains no further: start a new run in another --output-dir, or pass "
                               "--overwrite-output-dir true without --resume to replace it")
     log(f"{output_dir} holds a finished run ({SUMMARY_FILE}); nothing to resume")
@@ -203,8 +204,7 @@ def check_resumed_settings(config: PostTrainConfig, state, resume_from: Path | N
         refuse_changed_resume(shaping, resume_from)
         if free:
             state.setting_changes.append({"step": state.step, "changed": free})
-            log("resumed with changed settings that do not change the weights: " + ", ".join(
-                f"{k} {old!r} -> {new!r}" for k, (old, new) in free.items()))
+            log("resumed with changed settings that do not change the weights: " + listed_changes(free))
     # `mixed_precision: auto` resolves per machine (bf16 on a CPU with AVX512-BF16, fp32 on one without): refusing
     # would leave no way to resume there (an explicit value differs from the saved `auto`), so it is said and recorded
     if resume_from is not None and state.precision not in (None, precision):

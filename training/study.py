@@ -221,15 +221,15 @@ def recorded_spellings(run: Path, raw: dict[str, Any]) -> dict[str, str]:
 def resume_refusal(name: str, run: Path, config) -> StudyError:
     """Why post-training `name` cannot continue from its checkpoints in `run`, and what to do in a study."""
     from training.checkpointing import latest_usable_checkpoint, read_state
-    from training.config_checks import resume_changes
+    from training.config_checks import listed_changes, resume_changes
 
     fix = f"delete {run} to train {name} again from the start, then run the study again with --resume"
     checkpoint = latest_usable_checkpoint(run, log=lambda _: None)
     if checkpoint is None:
         return StudyError(f"post-training {name}: no checkpoint in {run / 'checkpoints'} loads (reasons above): {fix}")
     settings = read_state(checkpoint).get("settings") or {}
-    changed, _ = resume_changes(settings, json.loads(json.dumps(config.to_dict())))
-    listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items()) or "data or processes"
+    changed, _ = resume_changes(settings, config.to_dict())
+    listed = listed_changes(changed) or "data or processes"
     started = Path(settings.get("output_dir") or run)  # relative: to the folder the study was started from
     where = "" if started.is_absolute() or run.parts[-len(started.parts):] != started.parts else \
         f"; or continue it from the folder the study was started in, {Path(*run.parts[:-len(started.parts)])}"
@@ -313,30 +313,19 @@ def stage_finetune(spec: StudySpec, out: Path, model: Path, name: str, data_dir:
 
 # --- stage 5: report -------------------------------------------------------------------------------
 def stage_report(spec: StudySpec, out: Path) -> Path:
+    from training.checkpointing import folder_lock
     from training.study_report import collect, markdown, plot
 
     folder = out / "report"
     folder.mkdir(exist_ok=True)
-    with report_turn(folder):  # a report of progress beside the running study: one writer at a time, each whole
+    # a report of progress may be written beside the running study: one writer at a time, each reading every
+    # run the writers before it read
+    with folder_lock(folder, wait=True):
         report = collect(spec, out)
         write_text_atomic(folder / "results.json", json.dumps(report, indent=1, ensure_ascii=False) + "\n")
         write_text_atomic(folder / "results.md", markdown(report, spec))
         plot(report, spec, folder)
     return folder
-
-
-@contextmanager
-def report_turn(folder: Path):
-    """Wait for, then hold, `folder`'s report lock: the runs are read and the report written by one process
-    at a time, so the last one to finish read every run the others did."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: no OS lock
-        yield
-        return
-    with open(folder / ".lock", "a+", encoding="utf-8") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes, or the process ends
-        yield
 
 
 # --- driver ----------------------------------------------------------------------------------------
@@ -453,8 +442,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.report_only:
                 saved_spec(out)  # a study is there
                 check_same_spec(out, spec)
-                report = stage_report(spec, out)  # no lock: it reads runs and writes the report atomically, so it
-                # may show a running study's progress
+                report = stage_report(spec, out)  # beside a running study too: the report has its own lock
             else:
                 report = run_study(spec, out, resume=args.resume)
     except UserError as error:

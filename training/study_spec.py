@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from tokenization.errors import UserError
+from training.config_checks import listed_changes
 from training.inputs import shipped_config
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -265,7 +266,7 @@ def check_same_spec(out: Path, spec: StudySpec) -> None:
     saved = out / SPEC_FILE
     changed = spec_changes(json.loads(saved.read_text(encoding="utf-8")), spec)
     if changed:
-        listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
+        listed = listed_changes(changed)
         raise StudyError(f"{out} holds a study with another spec ({saved}): {listed}; its finished runs would be "
                          "mixed with runs of the new spec: give the same preset/spec (or none, for --report-only), "
                          "or choose another --out")
