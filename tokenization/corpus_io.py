@@ -142,15 +142,16 @@ def iter_lines(path: Path, bad: Utf8Counter | None = None) -> Iterator[str]:
     with f:
         try:
             for raw in f:
-                if b"\0" in raw and read + skipped < 3:  # at the start: a binary file or UTF-16, not one stray byte
+                unreadable = b"\0" in raw
+                if unreadable and read + skipped < 3:  # at the start: a binary file or UTF-16, not one stray byte
                     raise InputError(f"{path}:{read + skipped + 1}: holds NUL bytes, so this is a binary file (an "
                                      "archive, a database...) or UTF-16 text, not UTF-8 text; extract the text first, "
                                      "or re-encode UTF-16 (iconv -f utf-16 -t utf-8)")
                 try:
-                    if b"\0" in raw:  # a stray NUL later in a text file: the line is skipped and counted
-                        raise UnicodeDecodeError("utf-8", raw, raw.index(b"\0"), raw.index(b"\0") + 1, "NUL byte")
-                    line = raw.decode("utf-8")
+                    line = "" if unreadable else raw.decode("utf-8")
                 except UnicodeDecodeError:
+                    unreadable = True
+                if unreadable:  # invalid UTF-8, or a stray NUL later in a text file: the line is skipped and counted
                     skipped += 1
                     if bad is not None:
                         bad.add(path, raw)

@@ -58,7 +58,6 @@ _EXTLINK = re.compile(r"\[(?:https?:)?//[^\s\]]+\s*([^\]]*)\]")
 _BOLD = re.compile(r"'{2,}")
 _EMPTY_PARENS = re.compile(r"\s*[(（]\s*[,;:、·/\s]*\s*[)）]")  # "(, )" left where templates were removed
 _LEAD_PUNCT_IN_PARENS = re.compile(r"([(（])\s*[,;:、]\s*")  # "( , 1950년)" -> "(1950년)"
-_CTRL_SPACE = re.compile(r"[\u000b\u000c\u001c-\u001f\u2028\u2029]")  # separators: a space, not glue
 _CTRL = re.compile(r"[\u0000-\u0008\u000e-\u001b\u007f\u200b-\u200f\u202a-\u202e\ufeff]")
 _WS = re.compile(r"\s+")
 _HEADING = re.compile(r"^\s*=+[^=].*=+\s*$")
@@ -181,7 +180,6 @@ def clean_paragraph(line: str) -> tuple[str, str | None]:
         t = _WS.sub(" ", t)  # runs of one space first: long runs made _EMPTY_PARENS backtrack for minutes
         t = _EMPTY_PARENS.sub("", t)
         t = _LEAD_PUNCT_IN_PARENS.sub(r"\1", t)
-    t = _CTRL_SPACE.sub(" ", t)
     t = _CTRL.sub("", t)
     t = _WS.sub(" ", t).strip()
     if not t:

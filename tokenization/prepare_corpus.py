@@ -10,8 +10,7 @@
 * a WikiExtractor output folder (or file): ``<doc id=.. title=..>`` blocks, first line the title;
 * a ``.txt`` file (one document per line), a ``.jsonl`` file (one document per line in the
   ``text`` field), each optionally ``.gz``/``.bz2``/``.xz``; a folder of such files (subfolders too;
-  other files, ``stats.json`` and names starting with ``_`` or ``.`` left out and counted, archives
-  refused); a glob. Local inputs need no network.
+  other files left out and counted, archives refused); a glob. Local inputs need no network.
 
 Pipeline, streamed document by document: paragraph cleaning (markup remnants, NFC, empty lines;
 :mod:`tokenization.korean_text`) -> sentence splitting (rule-based, measured against kss; see
@@ -66,8 +65,8 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from .corpus_io import (BUILD_DIR, COMPLETE_MARKER, SPLITS, STATS_FILE, Utf8Counter, data_files, iter_file_texts,
-                        iter_lines)
+from .corpus_io import (BUILD_DIR, COMPLETE_MARKER, SPLITS, STATS_FILE, Utf8Counter, data_files, is_text_file,
+                        iter_file_texts, iter_lines)
 from .errors import InputError, command
 from .folders import check_output_folder, write_text_atomic
 from .korean_text import LANGUAGE_SCRIPTS, SCRIPTS, clean_paragraph, script_filter, split_sentences
@@ -149,11 +148,12 @@ def resolve_inputs(specs: Sequence[str]) -> list[tuple[str, list[Path] | None]]:
         if p.is_file():
             out.append((spec, [p]))
         elif p.is_dir():
-            files = data_files(p)  # text files only: no stats.json, _COMPLETE, README.md, .parquet...
+            candidates = data_files(p, lambda f: f.name[0] not in "._" and f.name != STATS_FILE)  # not the layout's
+            files = [f for f in candidates if is_text_file(f)]  # text files only: no README.md, .parquet...
             if not files:
                 raise InputError(f"{spec}: folder holds no text files (give .txt/.jsonl[.gz] files or a WikiExtractor "
                                  "output folder)")
-            if left := len(data_files(p, lambda f: f.name[0] not in "._" and f.name != STATS_FILE)) - len(files):
+            if left := len(candidates) - len(files):
                 print(f"{spec}: {left} file(s) left out, not text (.txt, .jsonl, .json, .text or none)", file=sys.stderr)
             out.append((spec, files))
         elif any(c in spec for c in "*?["):
