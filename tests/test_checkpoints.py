@@ -306,6 +306,33 @@ def test_checkpoint_is_atomic_when_saving_crashes(tmp_path, monkeypatch):
     assert [s for s, _ in list_checkpoints(tmp_path)] == [7] and not list((tmp_path / "checkpoints").glob(".tmp-*"))
 
 
+def test_the_run_end_checkpoint_keeps_a_spare_slot_and_a_full_disk_names_the_limit_as_set(tmp_path):
+    import errno
+
+    from training.checkpointing import DiskFull
+
+    class Single:
+        is_main_process = True
+
+        def wait_for_everyone(self):
+            pass
+
+    def good(path):
+        Path(path).mkdir(parents=True)
+        (Path(path) / "weights").write_text("ok")
+
+    def full(path):
+        good(path)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    for step in (4, 8):
+        save_checkpoint(Single(), tmp_path, step, {"step": step}, keep=2, save_state=good)
+    save_checkpoint(Single(), tmp_path, 10, {"step": 10}, keep=2, save_state=good, spare_slot=True)
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [4, 8, 10]  # the limit's two, and the run's end beside them
+    with pytest.raises(DiskFull, match=r"save_total_limit \(now 2\)"):  # the setting, not the spare slot
+        save_checkpoint(Single(), tmp_path, 11, {"step": 11}, keep=2, save_state=full, spare_slot=True)
+
+
 def test_a_checkpoint_missing_a_state_file_is_not_resumed_from(tmp_path):
     from training.checkpointing import checkpoint_problem
 

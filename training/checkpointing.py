@@ -156,9 +156,12 @@ def out_of_space_advice(error: OSError, output_dir) -> str:
     return f"no space left on the device writing {error.filename or output_dir}: free space there and {resume}"
 
 
-def save_checkpoint(accelerator, output_dir, step: int, state: dict, keep: int, save_state=None) -> Path:
+def save_checkpoint(accelerator, output_dir, step: int, state: dict, keep: int, save_state=None,
+                    spare_slot: bool = False) -> Path:
     """Collective: every process calls it. `save_state(dir)` defaults to `accelerator.save_state`.
-    Raises `DiskFull` when the device fills up; the previous checkpoints are kept either way."""
+    `keep`: save_total_limit; `spare_slot`: this checkpoint (the run's end, off the save cadence) is kept
+    beside those `keep`, not in place of the oldest. Raises `DiskFull` when the device fills up; the previous
+    checkpoints are kept either way."""
     root = checkpoints_dir(output_dir)
     tmp = root / f".tmp-checkpoint-{step}"
     final = root / f"checkpoint-{step}"
@@ -188,7 +191,7 @@ def save_checkpoint(accelerator, output_dir, step: int, state: dict, keep: int, 
         # while deleting leaves no half-deleted folder that counts as a checkpoint.
         done = list_checkpoints(output_dir)
         earlier = [path for number, path in done if number <= step]
-        for old in earlier[:-keep] + [path for number, path in done if number > step]:
+        for old in earlier[:-(keep + spare_slot)] + [path for number, path in done if number > step]:
             doomed = root / f".tmp-{old.name}-pruned"
             shutil.rmtree(doomed, ignore_errors=True)
             os.replace(old, doomed)

@@ -347,8 +347,8 @@ def run_phase(run: Run, state: RunState, phase_index: int, progress, *, resume_f
         run_end = phase_index == len(run.phases) - 1 and (state.phase_step == phase.steps or stopped_early)
         if (step % config.save_steps == 0 and state.phase_step < phase.steps and not stopped_early) or run_end:
             run.add_wall_time(state)
-            keep = config.save_total_limit + (run_end and step % config.save_steps != 0)
-            save_checkpoint(accelerator, run.output_dir, step, asdict(state), keep)
+            save_checkpoint(accelerator, run.output_dir, step, asdict(state), config.save_total_limit,
+                            spare_slot=run_end and step % config.save_steps != 0)
         if on_step_end is not None:
             on_step_end(state)
         if stopped_early:
