@@ -13,9 +13,8 @@ from pathlib import Path
 
 from tokenization.errors import UserError
 from training.inputs import looks_like_hub_id
+from training.run_record import CARD_FILE, hand_written_card
 from training.run_record import CARD_OPTIONS_FILE as OPTIONS_FILE
-
-from .folder import CARD_FILE, GENERATED_MARKER
 
 # build_card's options that describe the model (not where this copy of the card goes: repo id, revision, variant)
 CARD_OPTIONS = ("license", "base_model", "datasets", "results", "stock_repo_id", "custom_repo_id", "language", "widgets")
@@ -47,8 +46,7 @@ def recorded_card_options(model_dir: str | Path) -> dict:
     """The options the folder's generated card was written with: `card_options.json`, else the licence,
     base model and language in the card's own metadata. Empty for a hand-written card or none."""
     folder = Path(model_dir)
-    card = folder / CARD_FILE
-    if card.is_file() and GENERATED_MARKER not in card.read_text(encoding="utf-8"):
+    if hand_written_card(folder):
         return {}
     sidecar = folder / OPTIONS_FILE
     if sidecar.is_file():
@@ -57,6 +55,7 @@ def recorded_card_options(model_dir: str | Path) -> dict:
         except ValueError as error:
             raise UserError(f"{sidecar} does not parse ({error}): delete it, or write the card again with xpt-card") from None
         return given(data) if isinstance(data, dict) else {}
+    card = folder / CARD_FILE
     if not card.is_file():
         return {}
     from huggingface_hub import ModelCard

@@ -11,10 +11,9 @@ from pathlib import Path
 
 from tokenization.errors import UserError
 from training.inputs import looks_like_hub_id
-from training.run_record import CARD_FILE, GENERATED_CARD_MARKER, RESULTS_FILE, SUMMARY_FILE, RunRecord
+from training.run_record import CARD_FILE, RESULTS_FILE, SUMMARY_FILE, RunRecord
 
 CODE_FILES = ("configuration_xpt.py", "modeling_xpt.py")
-GENERATED_MARKER = GENERATED_CARD_MARKER  # `cards.push` regenerates such a card, never a hand-written one
 
 # Architecture (config.architectures[0]) -> (pipeline tag, Auto class that loads it).
 ARCHITECTURE_TASKS = {

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from tokenization.errors import UserError, report_error
 from training.inputs import looks_like_hub_id
+from training.run_record import GENERATED_CARD_MARKER, hand_written_card
 
 from .card_facts import (
     DOWNSTREAM_DIGITS,
@@ -47,7 +48,7 @@ from .card_facts import (
 )
 from .card_options import save_card_options
 from .data_sources import describe_data, describe_task, hub_split, locate_spec, task_hub_dataset
-from .folder import CARD_FILE, GENERATED_MARKER, FolderInfo, hub_source_id, inspect_folder, load_tokenizer
+from .folder import CARD_FILE, FolderInfo, hub_source_id, inspect_folder, load_tokenizer
 from .language import DEFAULT_LANGUAGE, language_name, resolve_language
 from .licenses import UNSPECIFIED_LICENSE, resolve_license
 from .public import public_ref
@@ -219,7 +220,7 @@ def build_card_from(info: FolderInfo, tokenizer, *, repo_id: str | None = None, 
     known_data = describe_data(locate_spec(info.data_spec), lang)[1]
     return ModelCard.from_template(
         data, template_path=str(TEMPLATE),
-        marker=GENERATED_MARKER, model_name=model_name, lang=lang, variant=variant, pipeline_tag=info.pipeline_tag,
+        marker=GENERATED_CARD_MARKER, model_name=model_name, lang=lang, variant=variant, pipeline_tag=info.pipeline_tag,
         untrained=info.is_untrained, fine_tuned=info.is_fine_tuned,
         fine_tuned_from=resolve_base_model(info, base_model) if info.is_fine_tuned else None,
         **task_facts(info),
@@ -253,11 +254,11 @@ def build_card(model_dir: str | Path, *, results: list[str | Path] = (), **optio
 
 
 def write_card(model_dir: str | Path, overwrite: bool = False, remember: bool = True, **kwargs) -> Path:
-    """Write README.md; a card somebody edited (no GENERATED_MARKER line) is replaced only with `overwrite`.
+    """Write README.md; a card somebody edited (no GENERATED_CARD_MARKER line) is replaced only with `overwrite`.
     With `remember`, the card's options go to card_options.json beside it (never uploaded), which
     `cards.push` writes the card again with."""
     out = Path(model_dir) / CARD_FILE
-    if out.is_file() and GENERATED_MARKER not in out.read_text(encoding="utf-8") and not overwrite:
+    if hand_written_card(model_dir) and not overwrite:
         raise ValueError(f"{out} was written or edited by hand (no generated-card marker); pass --overwrite "
                          "to replace it, or move it away")
     card = build_card(model_dir, **kwargs)

@@ -42,10 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tokenization.errors import UserError, report_error
-from training.run_record import SUMMARY_FILE, RunRecord
+from training.run_record import GENERATED_CARD_MARKER, SUMMARY_FILE, RunRecord, hand_written_card
 
 from .card_options import merge_card_options
-from .folder import (CARD_FILE, GENERATED_MARKER, PICKLE_SUFFIXES, RESULTS_FILE, UPLOAD_NAMES, UPLOAD_SUFFIXES,
+from .folder import (CARD_FILE, PICKLE_SUFFIXES, RESULTS_FILE, UPLOAD_NAMES, UPLOAD_SUFFIXES,
                      inspect_folder, upload_files)
 from .language import resolve_language
 from .licenses import LicenseUnknown
@@ -146,7 +146,7 @@ COMMIT_PLACEHOLDER = "0" * 40
 def pin_revision(card_text: str, branch: str, commit: str) -> str:
     """A generated card whose usage code says ``revision='<branch>'``, pinned to `commit` instead
     (a hand-written card is returned unchanged)."""
-    if GENERATED_MARKER not in card_text:
+    if GENERATED_CARD_MARKER not in card_text:
         return card_text
     return card_text.replace(f"revision={branch!r}", f"revision={commit!r}")
 
@@ -187,8 +187,7 @@ def _link_or_copy(src: Path, dst: Path) -> None:
 
 def card_regenerated(model_dir: Path, fmt: str, regenerate_card: bool = True) -> bool:
     """Whether the push writes the card (a stock export's always; a generated or missing one unless kept)."""
-    card = Path(model_dir) / CARD_FILE
-    return fmt == "stock" or regenerate_card and (not card.is_file() or GENERATED_MARKER in card.read_text(encoding="utf-8"))
+    return fmt == "stock" or regenerate_card and not hand_written_card(model_dir)
 
 
 def stage_folder(model_dir: Path, stage: Path, *, fmt: str, repo_id: str, regenerate_card: bool = True,

@@ -29,11 +29,12 @@ from cards import public as public_module
 from cards import push as push_module
 from cards.card_facts import fmt_duration, fmt_float, fmt_int
 from cards.data_sources import describe_data
-from cards.folder import CODE_FILES, GENERATED_MARKER
+from cards.folder import CODE_FILES
 from cards.make_card import build_card, write_card
 from cards.validate import validate_folder
 from tests.conftest import REPO_ROOT
 from tests.model_factories import tiny_source
+from training.run_record import GENERATED_CARD_MARKER
 
 PYTHON = sys.executable
 CHROMIUM = os.environ.get("XPT_CHROMIUM", "/usr/bin/chromium")
@@ -345,7 +346,7 @@ def test_card_from_real_tiny_trained_folder_contains_its_numbers(trained_dir):
     assert "Downstream" not in text  # no results.json: no downstream table
     config = json.loads((trained_dir / "config.json").read_text())
     assert f"vocabulary {fmt_int(config['vocab_size'])}" in text
-    assert GENERATED_MARKER in text
+    assert GENERATED_CARD_MARKER in text
 
 
 def test_describe_data_reports_the_shared_corpus_licences(shared_data):
@@ -405,7 +406,7 @@ def test_validator_rejects_widget_with_wrong_mask_token(xpt_dir, tmp_path):
     folder = copy_folder(xpt_dir, tmp_path / "m")
     readme = folder / "README.md"
     # A hand-edited card (no generated marker: push keeps it) whose widget uses RoBERTa's mask token.
-    text = readme.read_text(encoding="utf-8").replace(GENERATED_MARKER + "\n", "").replace("[MASK]", "<mask>")
+    text = readme.read_text(encoding="utf-8").replace(GENERATED_CARD_MARKER + "\n", "").replace("[MASK]", "<mask>")
     readme.write_text(text, encoding="utf-8")
     report = validate_folder(folder)
     assert any("'<mask>'" in e and "'[MASK]'" in e for e in report.errors), report.format()
@@ -416,7 +417,7 @@ def test_validator_rejects_widget_with_wrong_mask_token(xpt_dir, tmp_path):
 def test_validator_rejects_unparsable_model_index(xpt_dir, tmp_path):
     folder = copy_folder(xpt_dir, tmp_path / "m")
     readme = folder / "README.md"
-    text = readme.read_text(encoding="utf-8").replace(GENERATED_MARKER + "\n", "")
+    text = readme.read_text(encoding="utf-8").replace(GENERATED_CARD_MARKER + "\n", "")
     text = text.replace("widget:", "model-index:\n- name: x\n  results:\n  - task: {}\nwidget:", 1)
     readme.write_text(text, encoding="utf-8")
     assert any("metadata does not parse" in e for e in validate_folder(folder).errors)
@@ -654,7 +655,7 @@ def test_a_vocabulary_piece_that_looks_like_a_path_does_not_block_a_push(tmp_pat
 def test_push_refuses_a_hand_written_card_that_names_a_local_path(xpt_dir, tmp_path):
     folder = copy_folder(xpt_dir, tmp_path / "m")
     readme = folder / "README.md"
-    readme.write_text(readme.read_text(encoding="utf-8").replace(GENERATED_MARKER + "\n", "")
+    readme.write_text(readme.read_text(encoding="utf-8").replace(GENERATED_CARD_MARKER + "\n", "")
                       + f"\nTrained from {tmp_path}/data/corpus.\n", encoding="utf-8")
     with pytest.raises(push_module.PushError, match="not publishable"):
         push_module.push_to_hub(folder, "org/x", dry_run=True, load_check=False, log=lambda *_: None)

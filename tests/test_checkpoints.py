@@ -26,6 +26,14 @@ from training.run_record import GENERATED_CARD_MARKER
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # reset Accelerate's per-process state after each test
 
 
+class OneProcess:
+    """What save_checkpoint needs of an Accelerator in a run of one process."""
+    is_main_process = True
+
+    def wait_for_everyone(self):
+        pass
+
+
 def test_kill_mid_phase2_then_resume_matches_uninterrupted_run(tiny, tmp_path):
     full, cut = tmp_path / "full", tmp_path / "cut"
     common = dict(train_steps=10, phase1_steps=4, save_steps=2, save_total_limit=2)
@@ -172,12 +180,6 @@ def test_a_checkpoint_is_on_disk_before_it_is_marked_complete(tmp_path, monkeypa
     """Every file and folder of a checkpoint is synced before its state file marks it complete, and the
     folder holding the checkpoints after the rename, before older ones are pruned."""
 
-    class Single:
-        is_main_process = True
-
-        def wait_for_everyone(self):
-            pass
-
     synced, real_fsync = [], os.fsync
 
     def record(fd):
@@ -190,7 +192,7 @@ def test_a_checkpoint_is_on_disk_before_it_is_marked_complete(tmp_path, monkeypa
         (folder / "sub" / "rng.pkl").write_bytes(b"r")
 
     monkeypatch.setattr(os, "fsync", record)
-    final = save_checkpoint(Single(), tmp_path, 7, {"step": 7}, keep=2, save_state=save_state)
+    final = save_checkpoint(OneProcess(), tmp_path, 7, {"step": 7}, keep=2, save_state=save_state)
     tmp = str(tmp_path / "checkpoints" / ".tmp-checkpoint-7")
     state = synced.index(tmp + "/trainer_state.json")
     assert {tmp + "/model.bin", tmp + "/sub/rng.pkl", tmp + "/sub", tmp} <= set(synced[:state])
@@ -255,12 +257,6 @@ def test_resume_survives_a_torn_log_and_skips_a_checkpoint_that_does_not_load(ti
 
 
 def test_checkpoint_is_atomic_when_saving_crashes(tmp_path, monkeypatch):
-    class FakeAccelerator:
-        is_main_process = True
-
-        def wait_for_everyone(self):
-            pass
-
     def good(path):
         Path(path).mkdir(parents=True)
         (Path(path) / "weights").write_text("ok")
@@ -270,7 +266,7 @@ def test_checkpoint_is_atomic_when_saving_crashes(tmp_path, monkeypatch):
         (Path(path) / "weights").write_text("half")
         raise OSError("disk full")
 
-    acc = FakeAccelerator()
+    acc = OneProcess()
     for step in (2, 4, 6):
         save_checkpoint(acc, tmp_path, step, {"step": step}, keep=2, save_state=good)
     assert [s for s, _ in list_checkpoints(tmp_path)] == [4, 6]
@@ -311,12 +307,6 @@ def test_the_run_end_checkpoint_keeps_a_spare_slot_and_a_full_disk_names_the_lim
 
     from training.checkpointing import DiskFull
 
-    class Single:
-        is_main_process = True
-
-        def wait_for_everyone(self):
-            pass
-
     def good(path):
         Path(path).mkdir(parents=True)
         (Path(path) / "weights").write_text("ok")
@@ -326,11 +316,11 @@ def test_the_run_end_checkpoint_keeps_a_spare_slot_and_a_full_disk_names_the_lim
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     for step in (4, 8):
-        save_checkpoint(Single(), tmp_path, step, {"step": step}, keep=2, save_state=good)
-    save_checkpoint(Single(), tmp_path, 10, {"step": 10}, keep=2, save_state=good, spare_slot=True)
+        save_checkpoint(OneProcess(), tmp_path, step, {"step": step}, keep=2, save_state=good)
+    save_checkpoint(OneProcess(), tmp_path, 10, {"step": 10}, keep=2, save_state=good, spare_slot=True)
     assert [s for s, _ in list_checkpoints(tmp_path)] == [4, 8, 10]  # the limit's two, and the run's end beside them
     with pytest.raises(DiskFull, match=r"save_total_limit \(now 2\)"):  # the setting, not the spare slot
-        save_checkpoint(Single(), tmp_path, 11, {"step": 11}, keep=2, save_state=full, spare_slot=True)
+        save_checkpoint(OneProcess(), tmp_path, 11, {"step": 11}, keep=2, save_state=full, spare_slot=True)
 
 
 def test_a_checkpoint_missing_a_state_file_is_not_resumed_from(tmp_path):

@@ -26,8 +26,8 @@ from training.config_checks import (listed_changes, missing_data, refuse_changed
                                     validate_config)
 from training.inputs import resolve_local
 from training.mlm_data import check_target_script, load_text_splits, row_stats, rows_fingerprint
-from training.run_record import (CARD_FILE, CARD_OPTIONS_FILE, CURVE_FILE, GENERATED_CARD_MARKER, LOSS_LOG,
-                                 SUMMARY_FILE, RunRecord)
+from training.run_record import (CARD_FILE, CARD_OPTIONS_FILE, CURVE_FILE, LOSS_LOG, SUMMARY_FILE, RunRecord,
+                                 hand_written_card)
 from training.step import SpeedSettings, cpu_class, cpu_model_name, describe_speed, resolve_speed, retain_freed_memory
 
 
@@ -159,9 +159,8 @@ def claim_output_dir(config: PostTrainConfig, accelerator: Accelerator) -> None:
         shutil.rmtree(output_dir / "tensorboard", ignore_errors=True)
         for name in (SUMMARY_FILE, LOSS_LOG, CURVE_FILE, CARD_OPTIONS_FILE):  # all about the run replaced here
             (output_dir / name).unlink(missing_ok=True)
-        card = output_dir / CARD_FILE
-        if card.is_file() and GENERATED_CARD_MARKER in card.read_text(encoding="utf-8", errors="replace"):
-            card.unlink()  # the replaced run's generated card (a hand-written one is the user's: kept)
+        if not hand_written_card(output_dir):
+            (output_dir / CARD_FILE).unlink(missing_ok=True)  # the replaced run's generated card
     accelerator.wait_for_everyone()
 
 
