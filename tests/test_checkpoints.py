@@ -385,6 +385,35 @@ def test_disk_full_while_saving_a_checkpoint_is_one_line_and_resume_continues_ex
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_ctrl_c_is_one_line_naming_the_checkpoint_to_resume_from_and_the_resume_is_exact(tiny, tmp_path, capsys,
+                                                                                         monkeypatch):
+    full, cut, early = tmp_path / "full", tmp_path / "cut", tmp_path / "early"
+    common = dict(train_steps=10, phase1_steps=4, save_steps=2, save_total_limit=2)
+    run_inprocess(run_args(tiny, full, **common))
+    real_save = post_train.save_checkpoint
+
+    def ctrl_c_at(interrupted_step):
+        def save(accelerator, output_dir, step, *args, **kwargs):
+            if step == interrupted_step:
+                raise KeyboardInterrupt
+            return real_save(accelerator, output_dir, step, *args, **kwargs)
+        return save
+
+    for out, step, said in ((cut, 6, "continue with --resume latest (from checkpoint-4, which is complete)"),
+                            (early, 2, "run it again (no checkpoint was written yet)")):
+        reset_accelerate()
+        capsys.readouterr()
+        with monkeypatch.context() as patch:
+            patch.setattr(post_train, "save_checkpoint", ctrl_c_at(step))
+            assert post_train.main(run_args(tiny, out, **common)) == 130
+        err = capsys.readouterr().err
+        assert [line for line in err.splitlines() if "interrupted" in line] == [f"interrupted: {said}"]
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    reset_accelerate()
+    run_inprocess(run_args(tiny, cut, **common) + ["--resume", "latest"])
+    assert losses(cut) == losses(full)
+
+
 def _fill_disk_at_the_model_folder(patch):
     """The model folder's write fails as on a full disk (ENOSPC), after every training step is done."""
     import errno

@@ -581,6 +581,30 @@ def test_a_base_model_that_is_not_a_hub_id_is_refused_before_fine_tuning(tmp_pat
     assert not (tmp_path / "out" / "runs").exists()
 
 
+def test_ctrl_c_while_fine_tuning_is_one_line_and_leaves_no_results(tmp_path, capsys, monkeypatch):
+    """Interrupted in its second seed: exit 130, one line saying that no results.json was written and what
+    to do, no traceback; the earlier run's results.json is gone (a stale one would read as this run's)."""
+    model_dir = xpt_model_dir(tmp_path / "xpt", word_tokenizer("bert", KOREAN_WORDS))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text("{}")
+    real = finetune.train_one_seed
+
+    def ctrl_c_in_seed_1(args, spec, config, tokenizer, splits, features, seed, *rest, **kwargs):
+        if seed == 1:
+            raise KeyboardInterrupt
+        return real(args, spec, config, tokenizer, splits, features, seed, *rest, **kwargs)
+
+    monkeypatch.setattr(finetune, "train_one_seed", ctrl_c_in_seed_1)
+    code = finetune.main(["--model", str(model_dir), "--task", "korsts", "--data-dir", str(toy_sts_dir(tmp_path / "d")),
+                          "--output-dir", str(out), *quick("--seeds", 2)])
+    err = capsys.readouterr().err
+    assert code == 130 and "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert [line for line in err.splitlines() if "interrupted" in line] == \
+        [f"interrupted: no new results.json in {out}; run it again (seeds train anew)"]
+    assert not (out / "results.json").exists() and (out / "runs" / "seed_0.json").is_file()
+
+
 def test_the_saved_model_is_the_best_dev_seed_at_its_best_epoch(sts_run):
     from transformers import AutoModelForSequenceClassification
 

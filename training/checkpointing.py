@@ -147,13 +147,18 @@ def _discard_partial(error: BaseException, output_dir, tmp: Path, final: Path, k
                    f"save_total_limit (now {keep}) or raise save_steps, then continue with --resume latest") from error
 
 
+def resume_advice(output_dir) -> str:
+    """How to go on with a run that stopped before its end: from its newest complete checkpoint, if any."""
+    done = list_checkpoints(output_dir)
+    return (f"continue with --resume latest (from {done[-1][1].name}, which is complete)" if done else
+            "run it again (no checkpoint was written yet)")
+
+
 def out_of_space_advice(error: OSError, output_dir) -> str:
     """One line for a full disk outside a checkpoint (the loss log, the model folder): what to do, and
     whether a checkpoint is there to continue from."""
-    done = list_checkpoints(output_dir)
-    resume = (f"continue with --resume latest (from {done[-1][1].name}, which is complete)" if done else
-              "run it again (no checkpoint was written yet)")
-    return f"no space left on the device writing {error.filename or output_dir}: free space there and {resume}"
+    return f"no space left on the device writing {error.filename or output_dir}: free space there and " \
+           f"{resume_advice(output_dir)}"
 
 
 def save_checkpoint(accelerator, output_dir, step: int, state: dict, keep: int, save_state=None,

@@ -5,9 +5,9 @@
         --seeds 3 --output-dir runs/ft/korsts [--max-train-samples N] [--epochs N] [--peft lora [--merge]] \
         [--push-to-hub ORG/NAME [--push-dry-run]]
 
-Works with XPT folders (loaded through the Auto classes; their code runs without asking only when it is
-this package's own, otherwise pass ``--trust-remote-code``) and stock Hub/local models alike (e.g. ``klue/roberta-base``), so they can be compared on equal terms. An MLM-only
-folder is fine: the Auto class adds a fresh task head.
+Works with XPT folders (through the Auto classes; their code runs unasked only when it is this package's own, else
+pass ``--trust-remote-code``) and stock Hub/local models (e.g. ``klue/roberta-base``) alike, compared on equal terms.
+An MLM-only folder is fine: the Auto class adds a fresh task head.
 
 Defaults follow the XPT paper's fine-tuning table (Table A2): batch 32, learning rate 5e-5 (use
 ``--learning-rate 1e-5`` for its other setting), 10 epochs (15 with ``--epochs 15``), linear decay with
@@ -375,6 +375,7 @@ def run(args) -> dict[str, Any]:
 
 class PushFailed(RuntimeError):
     """The run finished and saved its model, but publishing it failed; the message says how to retry."""
+    exit_code = 1  # not the user's input (2): the Hub or the network
 
 
 def publish(args, model_dir: Path) -> None:
@@ -485,13 +486,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         run(args)
-    except UserError as error:
+        return 0
+    except (UserError, PushFailed) as error:
         return report_error(error)
-    except PushFailed as error:
-        report_error(error)
-        return 1
-    return 0
-
+    except KeyboardInterrupt:
+        pass  # said below, once the run's frames are released and its progress bars have ended their lines
+    print(f"interrupted: no new {RESULTS_FILE} in {args.output_dir}; run it again (seeds train anew)", file=sys.stderr)
+    return 130
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -11,32 +11,30 @@ The run, top to bottom (`run_post_training`), over a `RunState` that every check
    folder (and the checkpoint to resume from), config, tokenizer (loaded, or trained on the train
    split), text splits -> token rows (tokenised once, packed, cached; `training/mlm_data.py`), the
    method's model (`training/methods.py`) and its training forward (`training/masked_lm.py`).
-2. `run_phase`, for each phase (data, `PhaseConfig`): set the trainable parameter groups on the *unwrapped*
-   model, build a fresh AdamW over the trainable parameters only (no weight decay on biases and
-   LayerNorm weights) and its warmup schedule, and `accelerator.prepare` them. At the phase
-   boundary the prepared objects are released (`accelerator.free_memory()`), the model is
-   unwrapped, `requires_grad` changes and everything is prepared again. Why: DDP all-reduces only the
-   parameters that required grad when it wrapped the module, so parameters unfrozen later would stay
-   unsynchronised and ranks would silently diverge (tests/test_post_train.py runs two processes across
-   the boundary against one); FSDP and DeepSpeed need the same (DEVELOPERS.md).
-3. Each optimiser step (`training/step.py`, `training_step`) consumes one global batch of `global_batch_size` rows, dealt to
-   world_size x gradient_accumulation micro-batches. Each micro-batch loss is the sum of masked
-   token losses divided by the number of masked tokens in the whole global batch (all-reduced)
-   times world size, so after DDP's gradient averaging the update is exactly the global
-   token-mean gradient, whatever the number of processes or accumulation steps.
-4. `evaluate` every `eval_steps` and at the end of each phase on valid (fixed seeded masks), early
-   stopping per phase on valid loss, final metrics on test; checkpoints every `save_steps` and at
-   the last step (atomic, keep last K, `training/checkpointing.py`); `--resume latest` restores model,
-   optimiser, scheduler, RNG states, phase and data position (the data position is a function of
-   the global step and masks of (seed, epoch, row), so nothing else is needed).
-5. `write_outputs`: the `save_pretrained` model with its remote code, the tokenizer,
-   `training_summary.json` (DEVELOPERS.md), `losses.jsonl` (loss per step) and TensorBoard logs.
+2. `run_phase`, for each phase (data, `PhaseConfig`): set the trainable parameter groups on the *unwrapped* model,
+   build a fresh AdamW over the trainable parameters only (no weight decay on biases and LayerNorm weights) and
+   its warmup schedule, and `accelerator.prepare` them. At the phase boundary the prepared objects are released
+   (`accelerator.free_memory()`), the model is unwrapped, `requires_grad` changes and everything is prepared
+   again. Why: DDP all-reduces only the parameters that required grad when it wrapped the module, so parameters
+   unfrozen later would stay unsynchronised and ranks would silently diverge (tests/test_post_train.py runs two
+   processes across the boundary against one); FSDP and DeepSpeed need the same (DEVELOPERS.md).
+3. Each optimiser step (`training/step.py`, `training_step`) consumes one global batch of `global_batch_size`
+   rows, dealt to world_size x gradient_accumulation micro-batches. Each micro-batch loss is the sum of masked
+   token losses divided by the number of masked tokens in the whole global batch (all-reduced) times world size,
+   so after DDP's gradient averaging the update is exactly the global token-mean gradient, whatever the number of
+   processes or accumulation steps.
+4. `evaluate` every `eval_steps` and at the end of each phase on valid (fixed seeded masks), early stopping per
+   phase on valid loss, final metrics on test; checkpoints every `save_steps` and at the last step (atomic, keep
+   last K, `training/checkpointing.py`); `--resume latest` restores model, optimiser, scheduler, RNG states, phase
+   and data position (the batches are a function of the global step, the masks of (seed, epoch, row)).
+5. `write_outputs`: the model (`save_pretrained`, with its remote code), the tokenizer, `training_summary.json`
+   (DEVELOPERS.md), `losses.jsonl` (loss per step) and TensorBoard logs; a Ctrl-C says which checkpoint to resume.
 
 Streaming (`--streaming true`, Hub ids): only the first max_train_sentences + valid + test records are read
 and materialised once; tokenised rows are memory-mapped Arrow files either way (4M sentences need not fit in RAM).
 
-Optional auxiliary objective (off by default): word-order prediction (KoreALBERT's WOP), with `--wop-probability
-P`: a share P of the rows shuffles up to `wop_fraction` of the tokens of each sentence (never masked tokens, never
+Optional auxiliary objective (off by default): word-order prediction (KoreALBERT's WOP), with `--wop-probability P`:
+a share P of the rows shuffles up to `wop_fraction` of the tokens of each sentence (never masked tokens, never
 across sentences) and a linear head on the last hidden state predicts each shuffled token's original position; its
 loss (token mean over the global batch) is added with weight `wop_weight`. The head is not saved with the model.
 """
@@ -63,7 +61,7 @@ from modeling_xpt.tokenizer_files import recorded_language
 from tokenization.errors import ConfigError, UserError, report_error
 from tokenization.folders import write_text_atomic
 from training.checkpointing import (DiskFull, FolderInUse, folder_lock, out_of_space_advice, read_state,
-                                    save_checkpoint)
+                                    resume_advice, save_checkpoint)
 from training.config import PhaseConfig, PostTrainConfig, describe_batch, flat_hparams, load_config
 from training.config_checks import data_to_read
 from training.inputs import check_families, recorded_ref, resolve_local, resolve_source, source_family
@@ -78,9 +76,7 @@ from training.run_setup import (check_resumed_settings, claim_output_dir, dry_ru
 from training.step import SpeedSettings, build_optimizer, compile_for_training, training_step
 
 
-# ----------------------------------------------------------------------------------------------
-# The run and its state
-# ----------------------------------------------------------------------------------------------
+# --- The run and its state ----------------------------------------------------------------------------------
 
 
 @dataclass
@@ -156,9 +152,7 @@ class Run:
         self.clock = now
 
 
-# ----------------------------------------------------------------------------------------------
-# Training
-# ----------------------------------------------------------------------------------------------
+# --- Training -----------------------------------------------------------------------------------------------
 
 
 def train(config: PostTrainConfig, on_step_end: Callable[[RunState], None] | None = None) -> RunRecord:
@@ -475,20 +469,27 @@ def write_outputs(run: Run, state: RunState) -> RunRecord:
 
 
 def main(argv: list[str] | None = None) -> int:
+    config = None
     try:
         config = load_config(argv)
         if config.dry_run:
             dry_run(config)
         else:
             train(config)
+        return 0
     except UserError as error:
         return report_error(error)
+    except KeyboardInterrupt:
+        pass  # said below, once the run's frames are released and its progress bar has ended its line
     finally:
         # torch's documented shutdown of a launched run: a gloo group left to interpreter exit can abort the
         # saved run (SIGABRT). The command line only: an in-process caller may run post-training again.
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
-    return 0
+    if int(os.environ.get("RANK", "0")) == 0:
+        training = config is not None and not config.dry_run
+        print("interrupted" + (f": {resume_advice(config.output_dir)}" if training else ""), file=sys.stderr)
+    return 130
 
 
 if __name__ == "__main__":
