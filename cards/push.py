@@ -328,10 +328,21 @@ def push_to_hub(model_dir: str | Path, repo_id: str, *, private: bool = False, r
     if not model_dir.is_dir():
         raise PushError(f"{model_dir} is not a folder (nothing uploaded)")
     check_repo_id(repo_id)
+    if not dry_run:  # before any work: staging and the load check take a while
+        if hub_offline():
+            raise PushError("offline mode (HF_HUB_OFFLINE is set): cannot reach the Hub; nothing uploaded")
+        token = find_token(token)
+        if not token:
+            raise PushError("no Hugging Face token: run `hf auth login` or set HF_TOKEN (write access to "
+                            f"{repo_id.split('/')[0]}); nothing uploaded")
     try:
         info = inspect_folder(model_dir, load_tokenizer=False)
     except (ValueError, OSError):  # an unreadable folder is reported by the validation below
         info = None
+    if info and info.is_stock:  # a stock export: the stock format is made (and checked) from its XPT folder
+        raise PushError(f"{model_dir} holds a stock {info.architecture or info.config.get('model_type')}, not an XPT "
+                        "model: xpt-push publishes XPT folders; for a stock copy, push the XPT folder it was exported "
+                        "from with --format stock (nothing uploaded)")
     try:  # the card is written again with the options it was written with, the push's own over them
         if card_regenerated(model_dir, fmt, regenerate_card):
             card_kwargs = merge_card_options(model_dir, card_kwargs, log)
@@ -364,6 +375,7 @@ def push_to_hub(model_dir: str | Path, repo_id: str, *, private: bool = False, r
         for note in notes:
             log(note)
         report = validate_folder(stage, fmt)
+        report.path = f"{model_dir} (its files as uploaded)"  # the stage is a temporary folder
         report.errors.extend(local_path_leaks(stage))
         pickles = pickle_files(model_dir)
         if pickles:
@@ -402,12 +414,6 @@ def push_to_hub(model_dir: str | Path, repo_id: str, *, private: bool = False, r
             log("dry run: publishable and loadable" + (" (an UNTRAINED conversion: no training_summary.json)"
                                                        if untrained else "") + "; nothing uploaded")
             return result
-        if hub_offline():
-            raise PushError("offline mode (HF_HUB_OFFLINE is set): cannot reach the Hub; nothing uploaded")
-        token = find_token(token)
-        if not token:
-            raise PushError("no Hugging Face token: run `hf auth login` or set HF_TOKEN (write access to "
-                            f"{repo_id.split('/')[0]}); nothing uploaded")
         card_text = (stage / CARD_FILE).read_text(encoding="utf-8")
         message = commit_message or f"Upload XPT model ({fmt}) with cards.push"
         try:

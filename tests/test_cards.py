@@ -527,6 +527,31 @@ def test_push_without_token_or_offline_uploads_nothing(trained_dir, no_token, mo
     assert no_token.calls == []
 
 
+def test_push_refuses_before_any_work_without_a_token_and_a_stock_export_by_naming_what_to_push(
+        trained_dir, no_token, tmp_path, monkeypatch):
+    """Without a token the push stops before it stages the folder (and before the load check); a stock export
+    is not pushed as it is: the refusal names its XPT folder with --format stock, not a file to copy."""
+    from training.export_stock import main as export_stock
+
+    def never(*args, **kwargs):
+        raise AssertionError("staged although the push cannot upload")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(push_module, "stage_folder", never)
+        with pytest.raises(push_module.PushError, match="no Hugging Face token"):
+            push_module.push_to_hub(trained_dir, "org/x", log=lambda *_: None)
+    assert export_stock([str(trained_dir), str(tmp_path / "stock")]) == 0
+    for fmt in ("custom", "stock"):
+        with pytest.raises(push_module.PushError) as refused:
+            push_module.push_to_hub(tmp_path / "stock", "org/x-stock", fmt=fmt, dry_run=True, log=lambda *_: None)
+        assert str(refused.value) == (f"{tmp_path / 'stock'} holds a stock BertForMaskedLM, not an XPT model: xpt-push "
+                                      "publishes XPT folders; for a stock copy, push the XPT folder it was exported "
+                                      "from with --format stock (nothing uploaded)")
+    logs = []
+    push_module.push_to_hub(trained_dir, "org/x", dry_run=True, license="mit", load_check=False, log=logs.append)
+    assert f"OK: {trained_dir} (its files as uploaded)" in logs  # not the temporary folder it staged them in
+
+
 @pytest.mark.parametrize("repo_id,message", [
     ("xpt-ko", "must look like ORG/NAME"),
     ("org/sub/xpt", "must look like ORG/NAME"),
