@@ -171,6 +171,15 @@ def test_learning_curve_probes_every_checkpoint_with_its_own_weights(tiny, tmp_p
     with pytest.raises(TaskDataError, match=r"no checkpoint or finished model at step\(s\) 5; steps kept: 3, 6"):
         lc.learning_curve(run, {"nsmc": str(task_dir)}, None, 16, steps=[5, 6])  # a typo probes nothing, says so
     assert curve["floor"]["nsmc"]["train_examples"] == 40
+    capped = lc.learning_curve(run, {"nsmc": str(task_dir)}, None, 16, steps=[6], max_eval_samples=8)
+    capped_splits = load_task_data(get_task("nsmc"), task_dir, None, 8)
+    assert len(capped_splits["dev"]) == 8 and capped["max_eval_samples"] == 8
+    expected = linear_reads.floor(get_task("nsmc"), capped_splits)  # read on the 8 dev examples
+    assert {**capped["floor"]["nsmc"], "wall_s": None} == {**expected, "wall_s": None}
+    with pytest.raises(TaskDataError, match=f"^{tmp_path / 'typo'}: no such folder"):
+        lc.learning_curve(tmp_path / "typo", {"nsmc": str(task_dir)}, None, 16)
+    with pytest.raises(TaskDataError, match=f"^--task nsmc={tmp_path / 'nope'}: no such folder"):
+        lc.learning_curve(run, {"nsmc": str(tmp_path / "nope")}, None, 16)
     from transformers import AutoModelForMaskedLM
     step, path = checkpoints[0]
     config = lc.run_config(run, path, None)  # the settings saved in the checkpoint

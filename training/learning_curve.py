@@ -68,13 +68,18 @@ def checkpoint_model(run: Path, checkpoint: Path, config, out: Path) -> Path:
 
 def learning_curve(run: str | Path, tasks: dict[str, str], max_train_samples: int | None, max_length: int,
                    config_file: str | None = None, data_seed: int = 0, steps: list[int] | None = None,
-                   hold_out_test: dict[str, int] | None = None) -> dict[str, Any]:
+                   hold_out_test: dict[str, int] | None = None, max_eval_samples: int | None = None) -> dict[str, Any]:
     """The curve of `run` (see the module docstring); `steps`: only the checkpoints (and finished model) of
     these steps. `RUN/learning_curve.json` is rewritten after every point, and the points it already holds
     for the same tasks and settings are kept, not probed again: an interrupted or partial curve goes on."""
     from training.linear_reads import floor, probe
 
     run = Path(run)
+    if not run.is_dir():
+        raise TaskDataError(f"{run}: no such folder (give a post-training output folder)")
+    for name, folder in tasks.items():
+        if not Path(folder).is_dir():
+            raise TaskDataError(f"--task {name}={folder}: no such folder (give the task's data folder)")
     checkpoints = list_checkpoints(run)
     finished = (run / SUMMARY_FILE).is_file()
     if not checkpoints and not finished:
@@ -86,9 +91,10 @@ def learning_curve(run: str | Path, tasks: dict[str, str], max_train_samples: in
                             f"{', '.join(map(str, sorted(set(steps) - set(available))))}; steps kept: "
                             f"{', '.join(map(str, available))}")
     settings = {"tasks": tasks, "max_train_samples": max_train_samples, "max_length": max_length,
-                "data_seed": data_seed, "hold_out_test": hold_out_test or {}}
+                "data_seed": data_seed, "hold_out_test": hold_out_test or {},
+                **({"max_eval_samples": max_eval_samples} if max_eval_samples is not None else {})}
     specs = {name: get_task(name) for name in tasks}  # each filled in by its data (labels) and used throughout
-    splits = {name: load_task_data(specs[name], folder, max_train_samples, None, data_seed,
+    splits = {name: load_task_data(specs[name], folder, max_train_samples, max_eval_samples, data_seed,
                                    (hold_out_test or {}).get(name, 0))
               for name, folder in tasks.items()}
     curve = {"run": str(run), **settings, "floor": {name: floor(specs[name], splits[name]) for name in tasks},
@@ -160,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--task", action="append", required=True, metavar="NAME=DIR",
                    help="a registered sentence-level task and its data folder (repeatable)")
     p.add_argument("--max-train-samples", type=int, default=2000, help="train examples of every probe (and floor)")
+    p.add_argument("--max-eval-samples", type=int, help="dev and test examples of every probe (and floor); default: all")
     p.add_argument("--max-length", type=int, default=64, help="tokens per text")
     p.add_argument("--data-seed", type=int, default=0, help="seed of the train subsample")
     p.add_argument("--config", help="the run's config, for checkpoints that do not hold their settings")
@@ -186,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise TaskDataError(f"--hold-out-test {item!r}: expected NAME=N, e.g. nsmc=1000")
             held[name] = int(count)
         curve = learning_curve(args.run, tasks, args.max_train_samples, args.max_length, args.config, args.data_seed,
-                               steps, held)
+                               steps, held, args.max_eval_samples)
     except UserError as error:
         return report_error(error)
     print(table(curve))
