@@ -7,7 +7,9 @@ The app folder holds `app.py` (text in the model's language in; top-k fill-mask 
 probabilities for a fine-tuned classifier, out), `requirements.txt` and a `README.md` with the
 Space metadata (sdk gradio, app_file, models). Upload the folder as a Gradio Space. The model the
 app loads is `--repo-id` (a Hub repo; what a Space needs) or, without it, the folder's absolute
-path; the environment variable XPT_MODEL overrides either at run time.
+path; the environment variable XPT_MODEL overrides either at run time. An existing `--out` is written
+again only when it holds nothing but these files as written here; `--overwrite` replaces other contents,
+and the model folder itself (or a folder inside or around it) is never an `--out`.
 
 `--serve` runs the written app.py as a Space would (its own folder as working directory, no
 PYTHONPATH, so only the model folder's remote code is used) on 127.0.0.1:PORT until stopped.
@@ -20,12 +22,14 @@ import os
 import sys
 from pathlib import Path
 
+from tokenization.folders import check_output_folder
 from training.inputs import looks_like_hub_id
 
 from .folder import inspect_folder, load_tokenizer
 from .language import language_name, resolve_language
 from .widgets import CLASSIFICATION_EXAMPLES, fill_mask_widgets, visible_token
 
+WRITTEN_BY = "written by `xpt-space`"  # in app.py's docstring and the Space README's body
 REQUIREMENTS = ["torch>=2.4", "transformers>=5.17,<6", "tokenizers>=0.21", "safetensors>=0.4"]
 
 APP_TEMPLATE = '''"""Gradio demo of the {language} XPT model {model_label} (written by `xpt-space`).
@@ -154,10 +158,25 @@ def card_widget_texts(model_dir: str | Path) -> list[str]:
     return [w["text"] for w in widgets if isinstance(w, dict) and isinstance(w.get("text"), str)]
 
 
+def written_here(path: Path) -> bool:
+    """Whether `path` is a file this command writes: app.py or README.md saying so, requirements.txt beside
+    such an app.py (a model card, or files added to the Space, are not)."""
+    if path.name == "requirements.txt":
+        path = path.with_name("app.py")
+    if path.name not in ("app.py", "README.md") or not path.is_file():
+        return False
+    try:
+        return WRITTEN_BY in path.read_text(encoding="utf-8").lower()
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def write_space(model_dir: str | Path, out: str | Path, *, repo_id: str | None = None, top_k: int = 5,
-                license: str | None = None, sdk_version: str | None = None, revision: str | None = None) -> Path:
+                license: str | None = None, sdk_version: str | None = None, revision: str | None = None,
+                overwrite: bool = False) -> Path:
     """`revision`: the model commit the app pins (what `cards.push` printed); `license`: the Space's,
-    by default the model card's (else required)."""
+    by default the model card's (else required). `out` may hold only an earlier Space written here, unless
+    `overwrite`; it is never the model folder or in or around it (UserError)."""
     info = inspect_folder(model_dir, load_tokenizer=False)
     license = license or folder_license(model_dir)
     if not license:
@@ -179,6 +198,7 @@ def write_space(model_dir: str | Path, out: str | Path, *, repo_id: str | None =
     if repo_id and not looks_like_hub_id(repo_id):
         raise ValueError(f"repo id {repo_id!r} must look like ORG/NAME")
     model_ref = repo_id or str(info.path.resolve())
+    check_output_folder(out, overwrite=overwrite, reads=(model_dir,), flag="--out", ours=written_here)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     app = APP_TEMPLATE.format(model_label=repo_id or info.path.resolve().name, model_ref=model_ref, task=task,
@@ -216,13 +236,15 @@ def main(argv=None) -> int:
     parser.add_argument("--license", help="licence of the Space (default: the model card's licence)")
     parser.add_argument("--revision", help="model commit the app loads (the id `cards.push` printed; default: latest)")
     parser.add_argument("--sdk-version", help="gradio version for the Space metadata (default: the installed one)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the contents of an --out folder holding other files than a Space written here")
     parser.add_argument("--serve", action="store_true", help="run the app locally after writing it")
     parser.add_argument("--port", type=int, default=7860)
     parser.add_argument("--host", default="127.0.0.1")
     args = parser.parse_args(argv)
     try:
         out = write_space(args.model_dir, args.out, repo_id=args.repo_id, top_k=args.top_k, license=args.license,
-                          sdk_version=args.sdk_version, revision=args.revision)
+                          sdk_version=args.sdk_version, revision=args.revision, overwrite=args.overwrite)
     except (FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

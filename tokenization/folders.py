@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from tokenization.errors import UserError, at_command_end
@@ -31,9 +31,22 @@ def local_input(read) -> Path | None:
     return None
 
 
-def check_output_folder(out, *, overwrite: bool, reads: Iterable = ()) -> None:
-    """Before a command writes `out`: refuse a folder that is, contains or lies inside one of the folders
-    or files it `reads`, and a folder that already holds files unless `overwrite`. Then the earlier
+def other_files(folder, ours: Callable[[Path], bool]) -> str:
+    """The entries of `folder` that `ours` does not take for the command's own output, listed for a one-line
+    message (`a.txt, data/ and 3 more`, folders with a slash); "" when there are none, or no folder."""
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        return ""
+    names = sorted(p.name + "/" * p.is_dir() for p in folder.iterdir() if not ours(p))
+    more = f" and {len(names) - 3} more" if len(names) > 4 else ""
+    return ", ".join(names[:3] if more else names) + more
+
+
+def check_output_folder(out, *, overwrite: bool, reads: Iterable = (), flag: str = "output",
+                        ours: Callable[[Path], bool] | None = None) -> None:
+    """Before a command writes `out` (named `flag` in messages): refuse a folder that is, contains or lies
+    inside one of the folders or files it `reads`, and a folder that already holds files unless `overwrite`,
+    or unless `ours` takes each of them for the command's own output (written over in place). Then the earlier
     contents are moved aside (`.NAME.replaced` beside it), so that no file of an earlier run stays beside
     the new ones: deleted when the command succeeds, put back when it fails or is interrupted (outside a
     `command`, deleted at once). Raises UserError (one line)."""
@@ -45,13 +58,15 @@ def check_output_folder(out, *, overwrite: bool, reads: Iterable = ()) -> None:
     for read in reads:
         local = None if read is None else local_input(read)
         if local is not None and overlapping(out, local):
-            raise UserError(f"output {out} overlaps the input {read}: the command would write into what it "
+            raise UserError(f"{flag} {out} overlaps the input {read}: the command would write into what it "
                              "reads; choose another output folder")
     if target.is_file():
-        raise UserError(f"output {out} is a file; give a folder")
-    if target.is_dir() and any(target.iterdir()):
+        raise UserError(f"{flag} {out} is a file; give a folder")
+    others = other_files(target, ours or (lambda path: False))
+    if others:
         if not overwrite:
-            raise UserError(f"output {out} already holds files; choose a new or empty folder, or pass "
+            held = f"files that are not this command's output ({others})" if ours else "files"
+            raise UserError(f"{flag} {out} already holds {held}; choose a new or empty folder, or pass "
                              "--overwrite to replace its contents")
         cwd = Path.cwd().resolve()
         if target == cwd or target in cwd.parents:  # moved aside, it would take the working folder with it

@@ -178,7 +178,8 @@ class PostTrainConfig:
                                  "one per spare CPU core of the process, at most 8")
     max_steps: int | None = arg(None, "quick runs: scale every phase down so all phases total N steps (each keeps >= 1); train_steps/phase1_steps set the full plan")
     resume: str | None = arg(None, "continue an interrupted run: \"latest\" (the newest complete checkpoint in output_dir) or a checkpoint folder")
-    overwrite_output_dir: bool = arg(False, "a fresh run into a folder that holds checkpoints or a summary: delete them first")
+    overwrite_output_dir: bool = arg(False, "a fresh run into a folder holding another run or a saved model: delete its files "
+                                         "first (never files that are not a run's: those are refused)")
     dry_run: bool = arg(False, "validate the config and print the plan; nothing is downloaded or trained")
 
     # ------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tokenization.folders import local_input, overlapping
 from training import metrics_downstream, sentence_similarity
 from training.config_checks import listed_changes
 from training.finetuned_model import SAVE_CHOICES
@@ -254,11 +255,6 @@ def resolve_pair_encoding(args, spec: TaskSpec) -> None:
 
 def check_publishable(args, spec: TaskSpec, config, post_training: dict[str, Any] | None) -> None:
     """What saving and publishing need from the model and task, checked before any training."""
-    if args.save_model != "none" and Path(args.model).exists():
-        source, target = Path(args.model).resolve(), (Path(args.output_dir) / "model").resolve()
-        if source == target or target in source.parents:  # saving would replace the folder being read
-            raise TaskDataError(f"--output-dir {args.output_dir}: the model is saved in its model/ folder, which is "
-                                f"or holds --model {args.model}; choose another output folder")
     if not args.push_to_hub:
         return
     if getattr(config, "model_type", None) != "xpt":
@@ -296,8 +292,17 @@ def hyperparameters(args, spec: TaskSpec) -> dict[str, Any]:
 
 
 def check_reused_folder(args, seeds: list[int], spec: TaskSpec) -> None:
-    """An output folder holding the results of a run with other options is refused (its results.json and
-    runs/ would describe two runs at once) unless --overwrite-output-dir; the same options may run again."""
+    """An output folder that is, holds or lies inside --model's folder is refused, whatever the options: the
+    run's results.json, runs/ and model/ would go among the files it reads (and be published with them). One
+    holding the results of a run with other options is refused (its results.json and runs/ would describe two
+    runs at once) unless --overwrite-output-dir; the same options may run again."""
+    model = local_input(args.model)
+    if model is not None and overlapping(args.output_dir, model):
+        if model.expanduser().resolve() in Path(args.output_dir).expanduser().resolve().parents:
+            raise TaskDataError(f"--output-dir {args.output_dir} lies inside --model {args.model}: the run would write "
+                                "results.json, runs/ and model/ into the model's folder; choose another output folder")
+        raise TaskDataError(f"--output-dir {args.output_dir}: the run writes results.json, runs/ and model/ into this "
+                            f"folder, which is or holds --model {args.model}; choose another output folder")
     path = Path(args.output_dir) / RESULTS_FILE
     if not path.is_file():
         return

@@ -143,24 +143,60 @@ def start_run(config: PostTrainConfig) -> tuple[Accelerator, SpeedSettings, list
 
 
 def claim_output_dir(config: PostTrainConfig, accelerator: Accelerator) -> None:
-    """A fresh run (no `resume`) into a folder that holds another run's checkpoints or summary is refused,
-    or, with `overwrite_output_dir`, starts by deleting them."""
+    """The output folder, before anything is read: new or empty, a run's own, or what a run stopped before its
+    first checkpoint left (lock, trained tokenizer, loss log, curves, temporary files), taken as it is. A fresh
+    run (no `resume`) into another run's checkpoints or summary, and any run into a saved model that is no run's
+    (an `xpt-convert` output, say), is refused, or with `overwrite_output_dir` starts by deleting all of that
+    run's or model's files (a hand-written card stays). A folder holding other files is refused even then:
+    files that are not this project's outputs are never deleted."""
+    from tokenization.folders import other_files
+    from training.checkpointing import LOCK_FILE
+
     output_dir = Path(config.output_dir)
-    if config.resume is not None or not (list_checkpoints(output_dir) or (output_dir / SUMMARY_FILE).exists()):
+    before_checkpoint = (LOCK_FILE, "checkpoints", "tokenizer", "tensorboard", LOSS_LOG)
+    model_files = ("config.json", "generation_config.json", "configuration_xpt.py", "modeling_xpt.py",
+                   "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "vocab.txt", "vocab.json", "merges.txt", "sentencepiece.bpe.model", "spiece.model",
+                   "tokenizer.model", "chat_template.jinja", "model.safetensors.index.json")  # save_model_folder's
+
+    run = bool(list_checkpoints(output_dir)) or (output_dir / SUMMARY_FILE).exists()
+
+    def started(path: Path) -> bool:  # written by a run before its first checkpoint (temporary files included)
+        name = path.name
+        return (name in before_checkpoint or name.startswith(".tmp-")
+                or (name.startswith(LOSS_LOG + ".") and name.endswith(".tmp")))  # write_text_atomic's
+
+    def written_by_a_run(path: Path) -> bool:  # or by its end, its card (a hand-written one: a run's) and curve
+        name = path.name
+        return (started(path) or name in model_files or (name.startswith("model") and name.endswith(".safetensors"))
+                or name in (SUMMARY_FILE, CURVE_FILE, CARD_OPTIONS_FILE)
+                or (name == CARD_FILE and (run or not hand_written_card(output_dir))))
+
+    if (run and config.resume is not None) or not (run or other_files(output_dir, started)):
         return
-    if not config.overwrite_output_dir and (output_dir / SUMMARY_FILE).exists():
+    if run and not config.overwrite_output_dir and (output_dir / SUMMARY_FILE).exists():
         raise ConfigError("output_dir", f"{output_dir} already holds a finished run ({SUMMARY_FILE}): choose "
                           "another output folder, or pass --overwrite-output-dir true to replace it")
-    if not config.overwrite_output_dir:
+    if run and not config.overwrite_output_dir:
         raise ConfigError("output_dir", f"{output_dir} already holds an unfinished run's checkpoints: continue it "
                           "with --resume latest, or pass --overwrite-output-dir true to start over")
-    if accelerator.is_main_process:
-        shutil.rmtree(output_dir / "checkpoints", ignore_errors=True)
-        shutil.rmtree(output_dir / "tensorboard", ignore_errors=True)
-        for name in (SUMMARY_FILE, LOSS_LOG, CURVE_FILE, CARD_OPTIONS_FILE):  # all about the run replaced here
-            (output_dir / name).unlink(missing_ok=True)
-        if not hand_written_card(output_dir):
-            (output_dir / CARD_FILE).unlink(missing_ok=True)  # the replaced run's generated card
+    others = other_files(output_dir, written_by_a_run)
+    if others:
+        raise ConfigError("output_dir", f"{output_dir} holds files that are not a post-training run's ({others}): "
+                          "choose another output folder (--overwrite-output-dir deletes only a run's own files)")
+    if not config.overwrite_output_dir:
+        raise ConfigError("output_dir", f"{output_dir} holds a saved model that is not a post-training run "
+                          f"({other_files(output_dir, started)}): choose another output folder, or pass "
+                          "--overwrite-output-dir true to replace it")
+    accelerator.wait_for_everyone()  # every process has looked at the folder before it changes
+    if accelerator.is_main_process:  # all about the run or model replaced here, but the lock held for this run
+        for path in output_dir.iterdir():
+            if path.name == LOCK_FILE or (path.name == CARD_FILE and hand_written_card(output_dir)):
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
     accelerator.wait_for_everyone()
 
 

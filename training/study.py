@@ -30,7 +30,8 @@ stages, each using the package's own tools, each resumable:
 Resume: every run folder is written under a temporary name and renamed when complete; `--resume`
 skips finished runs, continues an interrupted post-training run from its last checkpoint and redoes
 an interrupted fine-tuning. Without `--resume`, an existing study folder is refused, and so is a folder
-another xpt-study is writing in (its lock, `OUT/.lock`, held until that process ends).
+another xpt-study is writing in (its lock, `OUT/.lock`, held until that process ends), and (with `--dry-run`
+too) an `--out` that holds other files than a study's. `--resume` with no study in `--out` starts one.
 """
 from __future__ import annotations
 
@@ -361,8 +362,33 @@ def study_lock(out: Path):
         yield
 
 
+# What a study folder holds before its spec is saved for good: the log, task copies and prepared sentences of a study
+# whose corpus was too small for its spec (`stage_corpus` drops the spec; a rerun in that --out reuses the sentences)
+BEFORE_SPEC = ("study.log", "tasks", "corpus")
+
+
+def check_out(spec: StudySpec, out: Path, resume: bool) -> None:
+    """--out, before a study starts there and in its dry run: a study of this spec (continued with --resume), a
+    new or empty folder, or what a study left before its spec was saved; a folder holding anything else is
+    refused and left as it is."""
+    from tokenization.folders import other_files
+    from training.checkpointing import LOCK_FILE
+
+    if (out / SPEC_FILE).is_file():
+        if not resume:
+            raise StudyError(f"{out} already holds a study: continue it with --resume, or choose another --out")
+        check_same_spec(out, spec)
+        return
+    others = other_files(out, lambda path: path.name == LOCK_FILE or (
+        path.name in BEFORE_SPEC and (out / "study.log").is_file()))
+    if others:
+        raise StudyError(f"--out {out} holds files that are not a study's ({others}): choose a new or empty folder "
+                         "for --out")
+
+
 def run_study(spec: StudySpec, out: Path, resume: bool = False) -> Path:
     out = out.resolve()  # every run records absolute paths: a resume may spell --out otherwise
+    check_out(spec, out, resume)  # before the lock is taken in it, too
     check_inputs(spec, out)  # before the spec is saved: a corrected path is then no other spec
     with study_lock(out):
         return _run_locked(spec, out, resume)
@@ -370,11 +396,10 @@ def run_study(spec: StudySpec, out: Path, resume: bool = False) -> Path:
 
 def _run_locked(spec: StudySpec, out: Path, resume: bool) -> Path:
     saved = out / SPEC_FILE
-    if saved.is_file():
-        if not resume:
-            raise StudyError(f"{out} already holds a study: continue it with --resume, or choose another --out")
-        check_same_spec(out, spec)
-    else:
+    check_out(spec, out, resume)  # again under the lock: a study may have started there meanwhile
+    if not saved.is_file():
+        if resume:
+            log(out, f"--resume: no study in {out} ({SPEC_FILE}), starting from scratch")
         saved.write_text(json.dumps(spec.to_dict(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     started = time.time()
     import datasets
@@ -436,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 spec = load_spec(None if args.spec else args.preset or "cpu", args.spec, args.extra_task)
             if args.dry_run:
+                check_out(spec, out, args.resume)
                 check_inputs(spec)
                 print(plan(spec))
                 return 0
