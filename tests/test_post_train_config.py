@@ -120,6 +120,26 @@ def test_a_run_that_pushes_needs_a_token_before_it_trains(tiny, tmp_path, capsys
     assert post_train.main(argv + ["--dry-run"]) == 0
 
 
+def test_a_tracker_asked_for_must_exist_and_be_installed(tiny, tmp_path, capsys, monkeypatch):
+    """report_to wandb without the wandb package would train for hours and log nothing: refused before the run,
+    in the dry run too; a name Accelerate does not know is refused naming the trackers it knows. The default
+    tensorboard, when missing, is left out with a warning."""
+    import accelerate.utils
+
+    monkeypatch.setattr(accelerate.utils, "is_wandb_available", lambda: False)
+    for extra in ([], ["--dry-run"]):
+        assert post_train.main(run_args(tiny, tmp_path / "x", report_to="wandb") + extra) == 2
+        err = capsys.readouterr().err
+        assert "error: config field `report_to`: wandb is not installed: `pip install wandb`" in err, err
+    assert post_train.main(run_args(tiny, tmp_path / "x", report_to="wandbb") + ["--dry-run"]) == 2
+    assert "'wandbb' is not a tracker Accelerate knows (all, aim, tensorboard, wandb" in capsys.readouterr().err
+    assert not (tmp_path / "x" / "losses.jsonl").exists()
+    monkeypatch.setattr(accelerate.utils, "is_tensorboard_available", lambda: False)
+    assert post_train.main(run_args(tiny, tmp_path / "x", report_to="tensorboard", train_steps=2, phase1_steps=1)) == 0
+    assert "report_to tensorboard, but the tensorboard package is not installed" in capsys.readouterr().err
+    assert not (tmp_path / "x" / "tensorboard").exists()
+
+
 @pytest.mark.parametrize("name", ["demo", "xpt-ko-400k", "xpt-ko-4m", "shared-minilm"])
 def test_shipped_configs_dry_run_offline(name, capsys):
     assert post_train.main(["--config", str(REPO_ROOT / "configs" / f"{name}.yaml"), "--dry-run"]) == 0

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 import transformers
 from accelerate import Accelerator
-from accelerate.utils import is_tensorboard_available, parse_flag_from_env
+from accelerate.utils import parse_flag_from_env
 from transformers import AutoTokenizer
 
 from tokenization.errors import ConfigError
@@ -98,11 +98,32 @@ def world_size_from_env() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def trackers_to_use(config: PostTrainConfig) -> list[str]:
+    """`report_to` as Accelerate takes it: a tracker it does not know, or one asked for whose package is missing,
+    is refused in one line; the default tensorboard, when missing, is left out with a warning."""
+    import accelerate.utils
+
+    trackers = [t for t in config.report_to if t and t != "none"]
+    for name in [t for t in trackers if t != "all"]:  # "all": every tracker installed (Accelerate)
+        available = getattr(accelerate.utils, f"is_{name}_available", None)
+        if available is None:
+            known = ", ".join(t.value for t in accelerate.utils.LoggerType)
+            raise ConfigError("report_to", f"{name!r} is not a tracker Accelerate knows ({known}); [] for none")
+        if name == "tensorboard" and not available():
+            print("warning: report_to tensorboard, but the tensorboard package is not installed "
+                  "(`pip install tensorboard`); training without it", file=sys.stderr)
+            trackers.remove(name)
+        elif not available():
+            raise ConfigError("report_to", f"{name} is not installed: `pip install {name}`, or leave it out of report_to")
+    return trackers
+
+
 def dry_run(config: PostTrainConfig) -> None:
     """`--dry-run`: the config checked for this launch without reading data, then (on the first process)
     the plan and the speed settings `auto` picks on this machine; nothing is downloaded or trained."""
     world = world_size_from_env()
     validate_config(config, world_size=world, check_data=False)
+    trackers_to_use(config)
     if int(os.environ.get("RANK", "0")) != 0:
         return
     device = training_device()
@@ -118,11 +139,7 @@ def start_run(config: PostTrainConfig) -> tuple[Accelerator, SpeedSettings, list
     """Accelerate for this launch (processes, device, mixed precision), the speed settings and the trackers;
     the config checked (once, for the launch's world size) before anything heavy."""
     validate_config(config, world_size=world_size_from_env())
-    trackers = [t for t in config.report_to if t and t != "none"]
-    if "tensorboard" in trackers and not is_tensorboard_available():
-        print("warning: report_to tensorboard, but the tensorboard package is not installed "
-              "(`pip install tensorboard`); training without it", file=sys.stderr)
-        trackers.remove("tensorboard")
+    trackers = trackers_to_use(config)
     multi_cpu = launched_multi_cpu()
     speed = resolve_speed(config, training_device())
     accelerator = Accelerator(mixed_precision=speed.mixed_precision, log_with=trackers or None,
