@@ -6,10 +6,11 @@ nothing from cards/, which builds on it.
 from __future__ import annotations
 
 from tokenization.errors import UserError
+from training.inputs import hub_offline
 
 from .licenses import known_license, license_id_problem, license_unknown
 from .make_card import check_base_model
-from .push import PushError, check_repo_id, find_token, hub_offline, push_to_hub
+from .push import PushError, check_repo_id, find_token, push_to_hub
 
 Error = PushError
 

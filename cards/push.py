@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tokenization.errors import UserError, report_error
+from training.inputs import hub_offline
 from training.run_record import GENERATED_CARD_MARKER, SUMMARY_FILE, RunRecord, hand_written_card
 
 from .card_options import merge_card_options
@@ -161,13 +162,6 @@ def commit_id(commit_url: str | None) -> str | None:
 # ----------------------------------------------------------------------------------------------
 # Offline steps
 # ----------------------------------------------------------------------------------------------
-
-
-def hub_offline() -> bool:
-    from huggingface_hub import constants
-
-    value = os.environ.get("HF_HUB_OFFLINE", "")
-    return constants.HF_HUB_OFFLINE or value.strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
 def find_token(token: str | None = None) -> str | None:

