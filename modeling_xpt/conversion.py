@@ -97,7 +97,8 @@ def from_source(
     family = src.model_type
     layout = _SOURCE_LAYOUT[family][0]
     source_name = str(given) if isinstance(given, (str, Path)) else src.name_or_path or None
-    check_tokenizer_family(layout, special_tokens_family(tokenizer.all_special_tokens), source_name)
+    check_tokenizer_family(layout, special_tokens_family(tokenizer.all_special_tokens),
+                           source_name or f"a {type(source_model).__name__}")
     config = XPTConfig(
         vocab_size=len(tokenizer),
         hidden_size=src.hidden_size,
