@@ -192,8 +192,8 @@ def check_source_and_tokenizer(source: str, tokenizer: str | None, present: bool
     the local Hub cache, else not checked) and, in offline mode, Hub ids not in the local cache fail here.
     `present` (a run, `xpt-convert`): a mistyped path (`missing_path`) and an uncached Hub id offline are
     refused too; a dry run passes False, since an earlier step may not have written the folder yet (as the
-    data), and notes what offline mode cannot load. Returns the source as a
-    loadable reference. Shared by post-training and `xpt-convert` (training/convert.py)."""
+    data), and notes what offline mode cannot load. Returns the source as a loadable reference. Shared by
+    post-training and `xpt-convert` (training/convert.py)."""
     given, source = source, resolve_source(source)
     for field, value, kind in (("source", source, "model"), ("tokenizer", tokenizer, "tokenizer")):
         if value is None or resolve_local(value) is not None:
