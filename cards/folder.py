@@ -9,11 +9,11 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from modeling_xpt.tokenizer_files import MODEL_FOLDER_FILES
 from tokenization.errors import UserError
 from training.inputs import looks_like_hub_id
 from training.run_record import CARD_FILE, RESULTS_FILE, SUMMARY_FILE, RunRecord
 
-CODE_FILES = ("configuration_xpt.py", "modeling_xpt.py")
 
 # Architecture (config.architectures[0]) -> (pipeline tag, Auto class that loads it).
 ARCHITECTURE_TASKS = {
@@ -31,12 +31,7 @@ STOCK_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "electra")
 
 # Files that make up a publishable folder (top level only). Anything else (checkpoints, TensorBoard
 # logs, the trained-tokenizer copy, caches) stays local.
-UPLOAD_NAMES = {
-    "config.json", "generation_config.json", *CODE_FILES, CARD_FILE, SUMMARY_FILE, RESULTS_FILE,
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.txt",
-    "vocab.json", "merges.txt", "sentencepiece.bpe.model", "spiece.model", "tokenizer.model", "chat_template.jinja",
-    "model.safetensors.index.json",
-}
+UPLOAD_NAMES = {*MODEL_FOLDER_FILES, CARD_FILE, SUMMARY_FILE, RESULTS_FILE}
 UPLOAD_SUFFIXES = (".safetensors",)
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "sentencepiece.bpe.model", "spiece.model", "tokenizer.model")

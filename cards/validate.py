@@ -14,10 +14,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from modeling_xpt.tokenizer_files import CODE_FILES
+
 from .folder import (
     ARCHITECTURE_TASKS,
     CARD_FILE,
-    CODE_FILES,
     PICKLE_SUFFIXES,
     STOCK_MODEL_TYPES,
     has_tokenizer_files,

@@ -20,6 +20,13 @@ TOKENIZER_CLASS = "PreTrainedTokenizerFast"
 # Keys that describe the machine and call that loaded the tokenizer, not the tokenizer.
 LOAD_TIME_KEYS = ("is_local", "local_files_only")
 BACKEND_CLASSES = ("TokenizersBackend", "TokenizersBackendFast")
+# What a model folder holds besides its weights (`*.safetensors`), as `save_model_folder` and transformers write
+# it: the config, XPT's remote code and the tokenizer's files (of any tokenizer class)
+CODE_FILES = ("configuration_xpt.py", "modeling_xpt.py")
+MODEL_FOLDER_FILES = ("config.json", "generation_config.json", *CODE_FILES, "tokenizer.json", "tokenizer_config.json",
+                      "special_tokens_map.json", "added_tokens.json", "vocab.txt", "vocab.json", "merges.txt",
+                      "sentencepiece.bpe.model", "spiece.model", "tokenizer.model", "chat_template.jinja",
+                      "model.safetensors.index.json")
 
 
 def save_tokenizer(tokenizer, out_dir: str | Path) -> None:

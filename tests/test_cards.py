@@ -29,9 +29,9 @@ from cards import public as public_module
 from cards import push as push_module
 from cards.card_facts import fmt_duration, fmt_float, fmt_int
 from cards.data_sources import describe_data
-from cards.folder import CODE_FILES
 from cards.make_card import build_card, write_card
 from cards.validate import validate_folder
+from modeling_xpt.tokenizer_files import CODE_FILES
 from tests.conftest import REPO_ROOT
 from tests.model_factories import tiny_source
 from training.run_record import GENERATED_CARD_MARKER

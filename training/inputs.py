@@ -198,14 +198,14 @@ def check_source_and_tokenizer(source: str, tokenizer: str | None, present: bool
     for field, value, kind in (("source", source, "model"), ("tokenizer", tokenizer, "tokenizer")):
         if value is None or resolve_local(value) is not None:
             continue
-        if missing_path(value):
+        if mistyped := missing_path(value):
             if present:
-                raise ConfigError(field, missing_path(value))
+                raise ConfigError(field, mistyped)
         elif not looks_like_hub_id(value):
             raise ConfigError(field, f"{given if field == 'source' else value!r} is neither an existing folder nor a "
                               f"Hub {kind} id")
-        elif present and uncached(field, value):
-            raise uncached(field, value)
+        elif present and (unloadable := uncached(field, value)):
+            raise unloadable
     local = resolve_local(source)
     if local is not None and not (local / "config.json").is_file():
         raise ConfigError("source", f"{local} has no config.json: not a transformers checkpoint")

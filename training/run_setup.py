@@ -18,6 +18,7 @@ from accelerate import Accelerator
 from accelerate.utils import parse_flag_from_env
 from transformers import AutoTokenizer
 
+from modeling_xpt.tokenizer_files import MODEL_FOLDER_FILES
 from tokenization.errors import ConfigError
 from tokenization.train_tokenizer import train_tokenizer
 from training.checkpointing import checkpoint_problem, latest_checkpoint, latest_usable_checkpoint, list_checkpoints
@@ -134,8 +135,8 @@ def dry_run(config: PostTrainConfig) -> None:
         print(f"note: data {config.data!r} is not on this machine; training needs it (prepare it with "
               "`python -m tokenization.prepare_corpus --input ... --out ...`)")
     for field, value in (("source", config.source), ("tokenizer", config.tokenizer)):
-        if uncached(field, value):
-            print(f"note: {uncached(field, value).message}; training needs it")
+        if unloadable := uncached(field, value):
+            print(f"note: {unloadable.message}; training needs it")
     print("dry run: configuration valid; nothing downloaded, nothing trained")
 
 
@@ -175,10 +176,6 @@ def claim_output_dir(config: PostTrainConfig, accelerator: Accelerator) -> None:
 
     output_dir = Path(config.output_dir)
     before_checkpoint = (LOCK_FILE, "checkpoints", "tokenizer", "tensorboard", LOSS_LOG)
-    model_files = ("config.json", "generation_config.json", "configuration_xpt.py", "modeling_xpt.py",
-                   "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-                   "vocab.txt", "vocab.json", "merges.txt", "sentencepiece.bpe.model", "spiece.model",
-                   "tokenizer.model", "chat_template.jinja", "model.safetensors.index.json")  # save_model_folder's
 
     run = bool(list_checkpoints(output_dir)) or (output_dir / SUMMARY_FILE).exists()
 
@@ -189,7 +186,8 @@ def claim_output_dir(config: PostTrainConfig, accelerator: Accelerator) -> None:
 
     def written_by_a_run(path: Path) -> bool:  # or by its end, its card (a hand-written one: a run's) and curve
         name = path.name
-        return (started(path) or name in model_files or (name.startswith("model") and name.endswith(".safetensors"))
+        return (started(path) or name in MODEL_FOLDER_FILES
+                or (name.startswith("model") and name.endswith(".safetensors"))
                 or name in (SUMMARY_FILE, CURVE_FILE, CARD_OPTIONS_FILE)
                 or (name == CARD_FILE and (run or not hand_written_card(output_dir))))
 

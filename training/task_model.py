@@ -55,8 +55,8 @@ def load_tokenizer_and_config(model: str, spec: TaskSpec, trust_remote_code: boo
     folder (`training.inputs.missing_path`) is refused before the Hub is asked for it."""
     from transformers import AutoConfig, AutoTokenizer
 
-    if missing_path(model):
-        raise TaskDataError(f"--model {missing_path(model)}")
+    if mistyped := missing_path(model):
+        raise TaskDataError(f"--model {mistyped}")
     hint = "" if trust_remote_code else (" (if you trust the code in that model folder or repo, pass "
                                          "--trust-remote-code)")
     try:
