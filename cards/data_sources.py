@@ -33,13 +33,11 @@ KNOWN_TASKS = {
                "text-classification", "Spearman x 100"),
     "nsmc": ("NSMC movie-review sentiment (github e9t/nsmc)", "CC0 1.0", "text-classification", "accuracy"),
 }
-# Fine-tuning task name -> (Hub dataset id, config) where the task's data is on the Hub, for tasks whose
-# results.json does not name it (KorSTS is read from the files kakaobrain/kor_nlu was built from).
-TASK_HUB_DATASETS = {"korsts": ("kakaobrain/kor_nlu", "sts"), "nsmc": ("e9t/nsmc", None)}
-# ... and which of the Hub dataset's splits each split of fine-tuning is (NSMC on the Hub has no dev split:
-# fine-tuning takes one out of train)
-TASK_HUB_SPLITS = {"korsts": {"train": "train", "dev": "validation", "test": "test"},
-                   "nsmc": {"train": "train", "test": "test"}}
+# The Hub dataset a fine-tuning task's scores are cited with is the one its task spec loads
+# (`training.tasks`: `hub` and `hub_splits`). KorSTS alone is read from local files (the TSVs of
+# kakaobrain/KorNLUDatasets), so its spec names no Hub dataset; the card cites the Hub dataset built from
+# those same files: (Hub dataset id, config) and which of its splits each split of fine-tuning is.
+CITED_ONLY = {"korsts": (("kakaobrain/kor_nlu", "sts"), {"train": "train", "dev": "validation", "test": "test"})}
 
 
 def locate_spec(spec: str | None) -> str | None:
@@ -90,9 +88,16 @@ def describe_task(task: str | None) -> tuple[str, str, str, str] | None:
     return KNOWN_TASKS.get(str(task).lower()) if task else None
 
 
-def task_hub_dataset(task: str | None) -> tuple[str, str | None] | None:
-    """(Hub dataset id, config) of a fine-tuning task, where it has one."""
-    return TASK_HUB_DATASETS.get(str(task).lower()) if task else None
+def task_hub(result: dict) -> tuple[tuple[str, str | None], dict[str, str]] | None:
+    """((Hub dataset id, config), {fine-tuning split: the Hub dataset's split}) of the task a results.json
+    scores, where it has a Hub dataset: the task spec it recorded, else the registered task of its name."""
+    from training.tasks import REGISTRY
+
+    name = str(result.get("task")).lower()
+    spec = result.get("task_spec") or (REGISTRY[name].to_dict() if name in REGISTRY else {})
+    if spec.get("hub"):
+        return (spec["hub"][0], (list(spec["hub"]) + [None])[1]), dict(spec.get("hub_splits") or {})
+    return CITED_ONLY.get(name)
 
 
 def hub_split(result: dict, split: str) -> tuple[str, str | None, str] | None:
@@ -100,12 +105,7 @@ def hub_split(result: dict, split: str) -> tuple[str, str | None, str] | None:
     when it is that dataset's own split as published: None for a split held out of train (`--hold-out-test`,
     `--hold-out-dev`, or a dev split that the Hub dataset lacks), a sample of a split (`--max-eval-samples`)
     or a task without a Hub dataset."""
-    spec = result.get("task_spec") or {}
-    if spec.get("hub"):
-        hub, splits = tuple(spec["hub"]) + (None,), spec.get("hub_splits") or {}
-    else:
-        name = str(result.get("task")).lower()
-        hub, splits = TASK_HUB_DATASETS.get(name), TASK_HUB_SPLITS.get(name, {})
+    hub, splits = task_hub(result) or (None, {})
     if not hub or split not in splits:
         return None
     settings = result.get("hyperparameters") or {}

@@ -47,7 +47,7 @@ from .card_facts import (
     usage_facts,
 )
 from .card_options import save_card_options
-from .data_sources import describe_data, describe_task, hub_split, locate_spec, task_hub_dataset
+from .data_sources import describe_data, describe_task, hub_split, locate_spec, task_hub
 from .folder import CARD_FILE, FolderInfo, hub_source_id, inspect_folder, load_tokenizer
 from .language import DEFAULT_LANGUAGE, language_name, resolve_language
 from .licenses import UNSPECIFIED_LICENSE, resolve_license
@@ -163,8 +163,8 @@ def build_metadata(info: FolderInfo, tokenizer, *, model_name: str, license: str
 
     spec = info.data_spec
     hub_datasets, _ = describe_data(locate_spec(spec))
-    task_dataset = task_hub_dataset((info.own_results or {}).get("task")) if info.is_fine_tuned else None
-    all_datasets = list(dict.fromkeys([*hub_datasets, *([task_dataset[0]] if task_dataset else []), *datasets]))
+    task_dataset = task_hub(info.own_results or {}) if info.is_fine_tuned else None
+    all_datasets = list(dict.fromkeys([*hub_datasets, *([task_dataset[0][0]] if task_dataset else []), *datasets]))
     family = info.config.get("source_architecture") or info.config.get("source_model_type") or info.config.get("model_type")
     tags = ["xpt", "cross-lingual-post-training", language_name(language).lower(), "encoder", info.pipeline_tag]
     if family in ("bert", "roberta", "xlm-roberta", "electra"):

@@ -1354,6 +1354,21 @@ def test_the_model_index_names_a_hub_split_only_for_the_split_as_published(class
     assert {d["type"] for d in datasets if "split" in d} == {"kakaobrain/kor_nlu"}, datasets
 
 
+
+def test_a_score_cites_the_hub_dataset_its_task_spec_loads():
+    """The Hub dataset a score is cited with comes from the task spec the run recorded (a --task-spec of the
+    user's too), else from the registered task; KorSTS, read from local files, cites the Hub copy of them."""
+    from cards.data_sources import hub_split, task_hub
+
+    custom = {"task": "reviews", "split": "test", "hyperparameters": {}, "task_spec": {
+        "name": "reviews", "hub": ["org/reviews", "ko"], "hub_splits": {"train": "train", "test": "eval"}}}
+    assert task_hub(custom) == (("org/reviews", "ko"), {"train": "train", "test": "eval"})
+    assert hub_split(custom, "test") == ("org/reviews", "ko", "eval")
+    assert hub_split(custom, "dev") is None  # not a split of the Hub dataset
+    assert task_hub({"task": "nsmc"})[0] == ("e9t/nsmc", None)  # no recorded spec: the registered task's
+    assert task_hub({"task": "korsts", "task_spec": {"name": "korsts", "hub": None}})[0] == ("kakaobrain/kor_nlu", "sts")
+    assert task_hub({"task": "reviews", "task_spec": {"name": "reviews", "hub": None}}) is None
+
 def test_the_card_words_the_layers_the_model_has(base, trained_dir, tmp_path):
     """No ITLs (use_itl_in/out false) or Scratch: no card claims ITLs or reused layers the model lacks; the
     stock class named is the source family's."""
