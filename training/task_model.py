@@ -9,7 +9,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from training.inputs import hub_unreachable, is_connection_error, looks_like_hub_id, missing_path
+from training.inputs import hub_unreachable, is_connection_error, looks_like_hub_id, missing_path, uncached
 from training.tasks import TaskDataError, TaskSpec
 
 HEAD_CLASSES = {"single": "AutoModelForSequenceClassification", "pair": "AutoModelForSequenceClassification",
@@ -52,11 +52,14 @@ def trusts_remote_code(model: str, asked: bool) -> bool:
 
 def load_tokenizer_and_config(model: str, spec: TaskSpec, trust_remote_code: bool = False):
     """Tokenizer and config of `model`, checked against the task before any weights are loaded. A mistyped
-    folder (`training.inputs.missing_path`) is refused before the Hub is asked for it."""
+    folder (`training.inputs.missing_path`), and a Hub id that can be neither downloaded nor read from the
+    cache (`training.inputs.uncached`), are refused before the Hub is asked for it."""
     from transformers import AutoConfig, AutoTokenizer
 
     if mistyped := missing_path(model):
         raise TaskDataError(f"--model {mistyped}")
+    if unloadable := uncached("model", model):
+        raise TaskDataError(f"--model {unloadable.message}")
     hint = "" if trust_remote_code else (" (if you trust the code in that model folder or repo, pass "
                                          "--trust-remote-code)")
     try:
