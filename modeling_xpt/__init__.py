@@ -8,14 +8,9 @@ process, and marks them for `save_pretrained` to copy `configuration_xpt.py` and
 `modeling_xpt.py` next to the weights (with `auto_map`), so saved folders load anywhere with
 `trust_remote_code=True`.
 """
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForMaskedLM,
-    AutoModelForQuestionAnswering,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-)
+import transformers
+
+from . import modeling_xpt as _modeling
 
 from .configuration_xpt import SUPPORTED_SOURCE_FAMILIES, XPT_AUTO_MAP, XPTConfig
 from .conversion import from_source, to_stock
@@ -30,19 +25,14 @@ from .modeling_xpt import (
 from .parameter_groups import PARAMETER_GROUPS, parameter_group_of, parameter_groups, set_trainable_groups, trainable_groups
 from .tokenizer_files import save_model_folder, save_tokenizer
 
-_AUTO_CLASSES = {
-    AutoModel: XPTModel,
-    AutoModelForMaskedLM: XPTForMaskedLM,
-    AutoModelForSequenceClassification: XPTForSequenceClassification,
-    AutoModelForTokenClassification: XPTForTokenClassification,
-    AutoModelForQuestionAnswering: XPTForQuestionAnswering,
-}
-
-AutoConfig.register(XPTConfig.model_type, XPTConfig, exist_ok=True)
+# The Auto classes an XPT config maps to, as the saved config's auto_map names them (one list for both)
+transformers.AutoConfig.register(XPTConfig.model_type, XPTConfig, exist_ok=True)
 XPTConfig.register_for_auto_class()
-for _auto_class, _model_class in _AUTO_CLASSES.items():
-    _auto_class.register(XPTConfig, _model_class, exist_ok=True)
-    _model_class.register_for_auto_class(_auto_class.__name__)
+for _auto_name, _reference in XPT_AUTO_MAP.items():
+    if _auto_name != "AutoConfig":
+        _model_class = getattr(_modeling, _reference.rsplit(".", 1)[1])
+        getattr(transformers, _auto_name).register(XPTConfig, _model_class, exist_ok=True)
+        _model_class.register_for_auto_class(_auto_name)
 
 __all__ = [
     "PARAMETER_GROUPS",

@@ -1,10 +1,14 @@
 """Configuration of XPT models (cross-lingual post-training, Lee et al. 2021).
 
 This file is copied next to the weights of every saved XPT model and runs as Hub remote code, so
-it imports nothing but `transformers`.
+it imports nothing but `transformers` and `huggingface_hub` (which transformers requires). Like
+transformers' own configs it is a `@strict` dataclass: each field's type is checked when the config is
+made, loaded or changed, so a mistyped `config.json` value is refused by name (no `__future__`
+annotations here: `@strict` reads the annotations as types).
 """
-from __future__ import annotations
+from typing import Literal, get_args
 
+from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
 # Written into every config so that a saved folder loads through each Auto class with
@@ -17,10 +21,12 @@ XPT_AUTO_MAP = {
     "AutoModelForTokenClassification": "modeling_xpt.XPTForTokenClassification",
     "AutoModelForQuestionAnswering": "modeling_xpt.XPTForQuestionAnswering",
 }
-# Model types of the English sources XPT converts.
-SUPPORTED_SOURCE_FAMILIES = ("bert", "roberta", "xlm-roberta", "electra")
+# Model types of the English sources XPT converts (the values `XPTConfig.source_architecture` takes).
+SourceFamily = Literal["bert", "roberta", "xlm-roberta", "electra"]
+SUPPORTED_SOURCE_FAMILIES = get_args(SourceFamily)
 
 
+@strict
 class XPTConfig(PreTrainedConfig):
     r"""Configuration of an XPT encoder: a BERT/RoBERTa encoder whose word embeddings are replaced by
     target-language embeddings E_T, with Implicit Translation Layers (ITL) around the reused layers.
@@ -120,9 +126,9 @@ class XPTConfig(PreTrainedConfig):
     adapter_size: int = 0
     pad_vocab_to_multiple_of: int = 64
     classifier_dropout: float | int | None = None
-    classifier_pooling: str = "first"
-    source_model_type: str = "roberta"
-    source_architecture: str | None = None
+    classifier_pooling: Literal["first", "mean"] = "first"
+    source_model_type: Literal["bert", "roberta"] = "roberta"
+    source_architecture: SourceFamily | None = None
     source_name_or_path: str | None = None
     language: str | None = None
     mask_token_id: int | None = None
@@ -132,22 +138,24 @@ class XPTConfig(PreTrainedConfig):
     tie_word_embeddings: bool = True
 
     def __post_init__(self, **kwargs):
+        kwargs.setdefault("auto_map", dict(XPT_AUTO_MAP))
+        super().__post_init__(**kwargs)
+
+    def validate_architecture(self):
+        """Checks beyond the field types (run by `@strict` whenever the config is made or loaded)."""
+        super().validate_architecture()
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(f"hidden_size={self.hidden_size} is not a multiple of "
                              f"num_attention_heads={self.num_attention_heads}")
-        if self.classifier_pooling not in ("first", "mean"):
-            raise ValueError(f"classifier_pooling={self.classifier_pooling!r}: use 'first' or 'mean'")
-        if self.source_model_type not in ("bert", "roberta"):
-            raise ValueError(f"source_model_type={self.source_model_type!r}: XPT supports 'bert' and 'roberta' sources")
-        if self.source_architecture not in (None, *SUPPORTED_SOURCE_FAMILIES):
-            raise ValueError(f"source_architecture={self.source_architecture!r}: one of {SUPPORTED_SOURCE_FAMILIES}")
-        kwargs.setdefault("auto_map", dict(XPT_AUTO_MAP))
-        super().__post_init__(**kwargs)
+        if self.adapter_size < 0:
+            raise ValueError(f"adapter_size={self.adapter_size}: use 0 (no adapters) or a bottleneck width > 0")
+        if self.pad_vocab_to_multiple_of < 1:
+            raise ValueError(f"pad_vocab_to_multiple_of={self.pad_vocab_to_multiple_of}: use 1 (no padding rows) or more")
 
     @property
     def padded_vocab_size(self) -> int:
         """Rows of the embedding and decoder weights: `vocab_size` rounded up to `pad_vocab_to_multiple_of`."""
-        multiple = max(1, self.pad_vocab_to_multiple_of)
+        multiple = self.pad_vocab_to_multiple_of
         return -(-self.vocab_size // multiple) * multiple
 
     @property

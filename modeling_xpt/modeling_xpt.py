@@ -18,8 +18,6 @@ effects at import. Conversion from an English checkpoint and export to a stock o
 installed package (`modeling_xpt.conversion`). Layer parameter names are a BERT/RoBERTa layer's
 (`attention.self.query`, ..., `output.LayerNorm`), so weights map 1:1 onto stock checkpoints.
 """
-from __future__ import annotations
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -281,7 +279,8 @@ class XPTPreTrainedModel(PreTrainedModel):
             return self.get_input_embeddings()
         self.config.pad_vocab_to_multiple_of = pad_to_multiple_of or self.config.pad_vocab_to_multiple_of
         old_vocab, self.config.vocab_size = self.config.vocab_size, new_num_tokens
-        embeddings = super().resize_token_embeddings(self.config.padded_vocab_size, None, mean_resizing)
+        # the parent only resizes (its mean_resizing samples rows, overwritten below, from a width^2 covariance)
+        embeddings = super().resize_token_embeddings(self.config.padded_vocab_size, None, mean_resizing=False)
         self.config.vocab_size = self.vocab_size = new_num_tokens  # the parent sets them to the row count
         with torch.no_grad():  # every new token's row, also those that were padding rows (the parent skips them)
             added = embeddings.weight[min(old_vocab, new_num_tokens):new_num_tokens]

@@ -332,6 +332,7 @@ def run_convert(*args, cwd=REPO_ROOT):
     ("source folder without a checkpoint", "has no config.json"),
     ("tokenizer of another family", "does not match the source family 'bert'"),
     ("source config that does not match its weights", "cannot load the source"),
+    ("negative adapter size", "adapter_size=-3: use 0 (no adapters) or a bottleneck width > 0"),
 ])
 def test_cli_refuses_bad_inputs_in_one_line(tmp_path, case, expected):
     tok = tmp_path / "tok"
@@ -349,7 +350,8 @@ def test_cli_refuses_bad_inputs_in_one_line(tmp_path, case, expected):
         config = json.loads((source / "config.json").read_text())
         config["intermediate_size"] *= 2
         (source / "config.json").write_text(json.dumps(config))
-    proc = run_convert("--source", source, "--tokenizer", tok, "--out", tmp_path / "o")
+    extra = ["--adapter-size", "-3"] if case == "negative adapter size" else []
+    proc = run_convert("--source", source, "--tokenizer", tok, "--out", tmp_path / "o", *extra)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]  # besides progress bars
     assert proc.returncode == 2 and len(errors) == 1 and expected in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr

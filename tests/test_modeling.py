@@ -193,9 +193,26 @@ def test_sentence_head_reads_the_pooled_states_and_ignores_padding(source, tok, 
     torch.testing.assert_close(alone, logits[1], atol=1e-5, rtol=0)  # TEXTS[1] is padded in the batch
 
 
-def test_unknown_classifier_pooling_is_refused():
-    with pytest.raises(ValueError, match="classifier_pooling='max'"):
-        XPTConfig(classifier_pooling="max")
+@pytest.mark.parametrize("field, value, says", [
+    ("classifier_pooling", "max", "expected one of ('first', 'mean'), got max"),
+    ("use_itl_in", "yes", "expected bool"),  # a string would count as true and build an ITL
+    ("hidden_size", "abc", "expected int"),
+    ("source_architecture", "gpt2", "expected one of ('bert', 'roberta', 'xlm-roberta', 'electra')"),
+    ("adapter_size", -3, "adapter_size=-3: use 0 (no adapters) or a bottleneck width > 0"),
+    ("pad_vocab_to_multiple_of", 0, "pad_vocab_to_multiple_of=0: use 1"),
+    ("num_attention_heads", 5, "hidden_size=768 is not a multiple of num_attention_heads=5"),
+])
+def test_a_mistyped_config_value_is_refused_by_name_when_made_or_loaded(tmp_path, field, value, says):
+    from huggingface_hub.errors import StrictDataclassError
+
+    with pytest.raises(StrictDataclassError, match=field) as made:
+        XPTConfig(**{field: value})
+    assert says in str(made.value)
+    XPTConfig().save_pretrained(tmp_path)  # a config.json edited by hand, then loaded
+    edited = {**json.loads((tmp_path / "config.json").read_text()), field: value}
+    (tmp_path / "config.json").write_text(json.dumps(edited))
+    with pytest.raises(StrictDataclassError, match=field):
+        XPTConfig.from_pretrained(tmp_path)
 
 
 # ---------------------------------------------------------------- what users do with a loaded model
@@ -503,7 +520,8 @@ def test_saved_folders_carry_only_the_two_model_files(source, tok, tmp_path):
 
 def test_remote_code_imports_only_torch_and_public_transformers_names():
     """What a Hub user reads before trusting `trust_remote_code`: the two files import the standard library's
-    `math`, torch, public transformers names and each other, nothing of this package; the only private
+    `math` and `typing`, torch, public transformers names, huggingface_hub's `strict` (as transformers' own
+    configs do) and each other, nothing of this package; the only private
     transformers names they touch are the two every stock model touches (the attention implementation
     transformers chose, and the weight-init hook)."""
     import ast
@@ -519,7 +537,9 @@ def test_remote_code_imports_only_torch_and_public_transformers_names():
                     assert node.module == "configuration_xpt", (name, ast.unparse(node))
                     continue
                 parts = node.module.split(".")
-                assert parts[0] in {"__future__", "torch", "transformers"}, (name, ast.unparse(node))
+                assert parts[0] in {"__future__", "typing", "torch", "transformers"} or (
+                    node.module == "huggingface_hub.dataclasses" and [a.name for a in node.names] == ["strict"]), (
+                    name, ast.unparse(node))
                 assert not any(p.startswith("_") for p in parts[1:]), (name, ast.unparse(node))
                 assert not any(a.name.startswith("_") for a in node.names), (name, ast.unparse(node))
             elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):

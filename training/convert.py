@@ -22,6 +22,8 @@ from modeling_xpt import from_source
 from modeling_xpt.tokenizer_files import recorded_language, save_model_folder
 from tokenization.errors import ConfigError, UserError, command
 from tokenization.folders import check_output_folder
+from huggingface_hub.errors import StrictDataclassError
+
 from training.inputs import OFFLINE_SOURCE, check_source_and_tokenizer, reading_from_hub
 
 
@@ -67,7 +69,7 @@ def main(argv=None) -> int:
                                 adapter_size=args.adapter_size, scratch=args.scratch)
     except ConfigError as error:  # a Hub id that could not be fetched: the flag, the value and what to give instead
         raise UserError(f"--{error.field}: {error.message}") from None
-    except (ValueError, OSError) as error:
+    except (ValueError, OSError, StrictDataclassError) as error:  # the last: a config field XPTConfig refuses
         raise UserError(" ".join(str(error).split())) from None
     model.config.language = args.language or recorded_language(args.tokenizer)
     save_model_folder(model, tokenizer, args.out)
