@@ -1,7 +1,7 @@
 """Output folders holding what a command did not write are refused in one line, before any work, and left
 byte for byte as they were: post-training (a converted model, raw text, a fine-tuning output; with
 --overwrite-output-dir a saved model is replaced, other files never deleted), fine-tuning (an --output-dir
-that is, holds or lies inside --model), the study (an --out that is no study folder, in the dry run too) and
+that is, holds or lies inside --model or --data-dir, or holds another model or a post-training run), the study (an --out that is no study folder, in the dry run too) and
 the demo Space (the model folder itself, or other files unless --overwrite). A crashed run's folder, a
 study whose spec was dropped and an earlier Space are still written again.
 """
@@ -123,6 +123,36 @@ def test_fine_tuning_never_writes_into_or_around_the_model_it_reads(where, tmp_p
     assert ("lies inside" if where == "inside it" else "which is or holds") in line, line
     assert snapshot(tmp_path / "run1") == before
 
+
+
+@pytest.mark.parametrize("where", ["the data folder", "inside it", "another model", "a post-training run"])
+def test_fine_tuning_never_writes_into_its_data_or_among_other_files(where, tiny, converted, tmp_path, capsys,
+                                                                      monkeypatch):
+    """The task data, another model's folder (whose card would then describe this run's scores) and a
+    post-training run are refused, whatever the options; an earlier fine-tuning run's folder is not."""
+    from tests.test_finetune import quick, stock_model_dir, toy_sentiment_dir
+    from training import finetune
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model, data = stock_model_dir(tmp_path / "m"), toy_sentiment_dir(tmp_path / "data")
+    if where == "a post-training run":
+        run_inprocess(run_args(tiny, tmp_path / "pt", train_steps=2, phase1_steps=1, eval_steps=2))
+    held = {"the data folder": data, "inside it": data, "another model": converted, "a post-training run": tmp_path / "pt"}
+    out = data / "ft" if where == "inside it" else held[where]
+    before = snapshot(held[where])
+    capsys.readouterr()
+    argv = ["--model", str(model), "--task", "nsmc", "--data-dir", str(data), "--output-dir", str(out), *quick(),
+            "--save-model", "none", "--overwrite-output-dir"]
+    assert finetune.main(argv) == 2
+    line = one_line(capsys)
+    if where.startswith(("the data", "inside")):
+        assert f"--data-dir {data}" in line and "choose another output folder" in line, line
+    else:
+        assert "holds files that are not a fine-tuning run's (" in line and "choose a new or empty folder" in line
+        assert "config.json" in line, line
+    assert snapshot(held[where]) == before
+    argv[argv.index("--output-dir") + 1] = str(tmp_path / "ft")  # a new folder, then the same run again into it
+    assert finetune.main(argv) == 0 and finetune.main(argv) == 0
 
 # --- the study ------------------------------------------------------------------------------------------------
 def small_study(tmp_path: Path, sizes=(10, 100)) -> Path:

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
-from tokenization.folders import local_input, overlapping
+from tokenization.folders import local_input, other_files, overlapping
 from training import metrics_downstream, sentence_similarity
 from training.config_checks import listed_changes
-from training.finetuned_model import SAVE_CHOICES
+from training.checkpointing import LOCK_FILE
+from training.finetuned_model import ADAPTER_DIR, MODEL_DIR, SAVE_CHOICES
 from training.inputs import recorded_ref
 from training.publishing import publisher
 from training.run_record import RESULTS_FILE
@@ -233,8 +235,13 @@ def resolve_pair_encoding(args, spec: TaskSpec) -> None:
     KorSTS's 5,749 training pairs, the bi-encoder reached 65.7 Spearman x 100 on test and the
     cross-encoder 25.8 (docs/BENCHMARKS.md). Then `bi` only where it means something, and alone."""
     if args.pair_encoding == "auto":
-        classifier = any((args.peft, args.pooling, args.push_to_hub))
-        args.pair_encoding = "bi" if sentence_pair_regression(spec) and not classifier else "cross"
+        given = [flag for flag, value in (("--peft", args.peft), ("--pooling", args.pooling),
+                                          ("--push-to-hub", args.push_to_hub)) if value]
+        args.pair_encoding = "bi" if sentence_pair_regression(spec) and not given else "cross"
+        if sentence_pair_regression(spec) and given:  # the weaker model for STS: never chosen silently
+            print(f"note: pair encoding cross (a regression head on both sentences in one sequence), because "
+                  f"{' and '.join(given)} asks for a classification model; {spec.name}'s default, the bi-encoder, "
+                  "scores far higher on sentence similarity (drop the flag to get it)", file=sys.stderr)
     if args.pair_encoding != "bi":
         if args.sts_loss != "cosent":
             raise TaskDataError(f"--sts-loss {args.sts_loss} trains the STS bi-encoder (--pair-encoding bi); "
@@ -291,18 +298,32 @@ def hyperparameters(args, spec: TaskSpec) -> dict[str, Any]:
     return {k: getattr(args, k) for k in names}
 
 
+def fine_tuning_output(path: Path) -> bool:
+    """What a fine-tuning run writes in its output folder (the temporary and replaced copies of a saved
+    folder included)."""
+    name = path.name
+    return name in (RESULTS_FILE, "runs", MODEL_DIR, ADAPTER_DIR, LOCK_FILE) or name.startswith(
+        (f".{MODEL_DIR}.tmp-", f".{ADAPTER_DIR}.tmp-", f".{MODEL_DIR}.old-", f".{ADAPTER_DIR}.old-"))
+
+
 def check_reused_folder(args, seeds: list[int], spec: TaskSpec) -> None:
-    """An output folder that is, holds or lies inside --model's folder is refused, whatever the options: the
-    run's results.json, runs/ and model/ would go among the files it reads (and be published with them). One
+    """An output folder that is, holds or lies inside --model's or --data-dir's folder is refused, whatever the
+    options: the run's results.json, runs/ and model/ would go among the files it reads (and be published with
+    them); so is one holding anything but a fine-tuning run's files (another model, a post-training run). One
     holding the results of a run with other options is refused (its results.json and runs/ would describe two
     runs at once) unless --overwrite-output-dir; the same options may run again."""
-    model = local_input(args.model)
-    if model is not None and overlapping(args.output_dir, model):
-        if model.expanduser().resolve() in Path(args.output_dir).expanduser().resolve().parents:
-            raise TaskDataError(f"--output-dir {args.output_dir} lies inside --model {args.model}: the run would write "
-                                "results.json, runs/ and model/ into the model's folder; choose another output folder")
-        raise TaskDataError(f"--output-dir {args.output_dir}: the run writes results.json, runs/ and model/ into this "
-                            f"folder, which is or holds --model {args.model}; choose another output folder")
+    for flag, value in (("--model", args.model), ("--data-dir", args.data_dir)):
+        read = local_input(value) if value else None
+        if read is not None and overlapping(args.output_dir, read):
+            if read.expanduser().resolve() in Path(args.output_dir).expanduser().resolve().parents:
+                raise TaskDataError(f"--output-dir {args.output_dir} lies inside {flag} {value}: the run would write "
+                                    "results.json, runs/ and model/ into what it reads; choose another output folder")
+            raise TaskDataError(f"--output-dir {args.output_dir}: the run writes results.json, runs/ and model/ into "
+                                f"this folder, which is or holds {flag} {value}; choose another output folder")
+    if others := other_files(args.output_dir, fine_tuning_output):
+        raise TaskDataError(f"--output-dir {args.output_dir} holds files that are not a fine-tuning run's ({others}): "
+                            "results.json, runs/ and model/ would go among them (a model folder's card would then "
+                            "describe them); choose a new or empty folder")
     path = Path(args.output_dir) / RESULTS_FILE
     if not path.is_file():
         return
