@@ -306,6 +306,11 @@ def test_cli_xpt_folder_on_korsts_writes_results_json(shared_data, korean_tokeni
     assert [r["seed"] for r in results["runs"]] == [0, 1] and all(r["best_epoch"] in (0, 1) for r in results["runs"])
     assert (out / "runs" / "seed_1.json").is_file()
     assert "mean ± std" in result.stdout and "| seed | best epoch | dev | test |" in result.stdout
+    # the bi-encoder's epoch 0 is said as it is measured; a seed that kept it is marked as the untrained encoder's
+    assert result.stdout.count("epoch 0 (before training: the untrained encoder's cosine): dev spearman") == 2
+    untrained = [r["seed"] for r in results["runs"] if r["best_epoch"] == 0]
+    assert all(f"| {seed} | 0 (untrained) |" in result.stdout for seed in untrained)
+    assert ("best epoch 0 (untrained): no epoch of fine-tuning beat" in result.stdout) == bool(untrained)
 
 
 def test_predictions_come_back_in_the_features_order(tmp_path):
@@ -1371,3 +1376,37 @@ def test_a_local_model_is_recorded_by_its_absolute_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert recorded_ref("runs/m") == str(tmp_path / "runs" / "m")
     assert recorded_ref("org/xpt-ko") == "org/xpt-ko" and recorded_ref("package:gt_x") == "package:gt_x"
+
+
+@pytest.mark.parametrize("flags, encoding", [([], "bi"), (["--pooling", "mean"], "cross"),
+                                             (["--peft", "lora", "--pooling", "mean"], "cross"),
+                                             (["--pair-encoding", "cross"], "cross")])
+def test_sts_falls_back_to_the_cross_encoder_only_with_a_note_naming_the_flag(flags, encoding, capsys):
+    """On KorSTS the bi-encoder scores far higher; a flag that asks for a classification model switches to the
+    cross-encoder, which is said with the flags that caused it, never silently. Asked for, it is not noted."""
+    from training.finetune_cli import build_parser, resolve_pair_encoding
+
+    args = build_parser().parse_args(["--model", "m", "--task", "korsts", "--output-dir", "o", *flags])
+    resolve_pair_encoding(args, get_task("korsts"))
+    err = capsys.readouterr().err
+    assert args.pair_encoding == encoding
+    noted = [line for line in err.splitlines() if line.startswith("note: pair encoding cross")]
+    assert len(noted) == (encoding == "cross" and "--pair-encoding" not in flags), err
+    if noted:
+        assert " and ".join(f for f in flags if f in ("--peft", "--pooling")) in noted[0]
+
+
+def test_the_seed_table_marks_an_untrained_best_epoch_and_shows_no_spread_for_one_seed():
+    from training.finetune_tables import summary_table
+
+    def table(*runs):
+        tests = [r[2] for r in runs]
+        return summary_table({"task": "korsts", "metric": "spearman", "split": "test", "model": "m",
+                              "runs": [{"seed": s, "best_epoch": e, "dev": t - 1, "test": t} for s, e, t in runs],
+                              "mean": sum(tests) / len(tests), "std": 0.5})
+
+    one = table((0, 0, 41.0))
+    assert "| 0 | 0 (untrained) | 40.00 | 41.00 |" in one and "mean ± std" not in one
+    assert "best epoch 0 (untrained): no epoch of fine-tuning beat the untrained encoder on dev" in one
+    two = table((0, 1, 41.0), (1, 2, 42.0))
+    assert "| mean ± std | | 40.50 ± 0.71 | 41.50 ± 0.50 |" in two and "untrained" not in two

@@ -57,6 +57,7 @@ from tokenization.errors import UserError, report_error
 from training import metrics_downstream, sentence_similarity
 from training.finetune_cli import (build_parser, check_options, check_publishable, check_reused_folder,
                                    hyperparameters, resolve_options)
+from training.finetune_tables import reads_table, sample_std, summary_table
 from training.inputs import recorded_ref
 from training.publishing import publisher, retry_command
 from training.run_record import RESULTS_FILE, RecordError, RunRecord
@@ -198,6 +199,8 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
         best_score = best_dev[spec.metric]
         best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
         epochs.append({"epoch": 0, "train_loss": None, "dev": best_dev})
+        tqdm.write(f"seed {seed} epoch 0 (before training: the untrained encoder's cosine): dev {spec.metric} "
+                   f"{best_score:.2f}")
     for epoch in range(1, args.epochs + 1):
         model.train()
         speed.train()
@@ -277,13 +280,6 @@ def improves(score: float, best: float) -> bool:
     return score > best or (math.isnan(best) and not math.isnan(score))
 
 
-def sample_std(values: list[float]) -> float:
-    """The seeds' standard deviation (ddof 1; 0 for one seed, NaN when a diverged seed scored NaN)."""
-    if any(math.isnan(v) for v in values):
-        return math.nan
-    return statistics.stdev(values) if len(values) > 1 else 0.0
-
-
 def summarize(spec: TaskSpec, runs: list[dict[str, Any]], args, post_training, splits) -> dict[str, Any]:
     split = "test" if runs[0]["test"] is not None else "dev"
     scores = [run[split] for run in runs]
@@ -332,33 +328,6 @@ def linear_reads(args, spec: TaskSpec, splits, max_length: int, device) -> dict[
         found["probe"] = reads.probe(args.model, spec, splits, max_length, trust_remote_code=args.trust_remote_code,
                                      device=str(device))
     return found
-
-
-def reads_table(spec: TaskSpec, reads: dict[str, Any]) -> str:
-    """The floor and the probes as lines of a Markdown table: dev, test, and STS's cosine without training."""
-    rows = [("no-model floor (TF-IDF)", reads["floor"])] if "floor" in reads else []
-    rows += [(f"linear probe, {pooling}-pooled", result) for pooling, result in reads.get("probe", {}).items()]
-    lines = [f"{spec.name}: {spec.metric}, linear reads (regularisation chosen on dev)",
-             "| read | estimator | dev | test | cosine, no training (dev / test) |", "| --- | --- | ---: | ---: | ---: |"]
-    for name, r in rows:
-        test = f"{r['test']:.2f}" if r.get("test") is not None else "-"
-        cosine = " / ".join(f"{v:.2f}" for v in r["zero_shot"].values()) if r.get("zero_shot") else "-"
-        lines.append(f"| {name} | {r['estimator']} | {r['dev']:.2f} | {test} | {cosine} |")
-    return "\n".join(lines)
-
-
-def summary_table(results: dict[str, Any]) -> str:
-    split = results["split"]
-    lines = [f"{results['task']}: {results['metric']} on {split}, model {results['model']}",
-             "| seed | best epoch | dev | test |", "| ---: | ---: | ---: | ---: |"]
-    for run in results["runs"]:
-        test = f"{run['test']:.2f}" if run["test"] is not None else "-"
-        lines.append(f"| {run['seed']} | {run['best_epoch']} | {run['dev']:.2f} | {test} |")
-    dev_scores = [run["dev"] for run in results["runs"]]
-    dev_std = sample_std(dev_scores)
-    test = f"{results['mean']:.2f} ± {results['std']:.2f}" if split == "test" else "-"
-    lines.append(f"| mean ± std | | {statistics.fmean(dev_scores):.2f} ± {dev_std:.2f} | {test} |")
-    return "\n".join(lines)
 
 
 # --- the run -------------------------------------------------------------------------------------------------
