@@ -287,6 +287,49 @@ def test_only_connection_errors_are_read_as_an_unreachable_hub():
     assert not is_connection_error(FileNotFoundError("runs/tok-ko/tokenizer.json"))
 
 
+
+# ---------------------------------------------------------------- a folder that holds no model says what it holds
+
+
+@pytest.fixture(scope="module")
+def run_folder(tiny, tmp_path_factory):
+    """A post-training run that kept its checkpoints."""
+    out = tmp_path_factory.mktemp("pt") / "run"
+    assert post_train.main(run_args(tiny, out, train_steps=2, phase1_steps=1, eval_steps=2, save_steps=1)) == 0
+    return out
+
+
+@pytest.mark.parametrize("kind, says", [
+    ("tokenizer", "holds a tokenizer, not a model: give a model folder"),
+    ("checkpoint", "is a post-training checkpoint (training state), not a model folder: give the run's folder"),
+    ("unfinished run", "is a post-training run that has not finished (checkpoints, no model yet): continue it"),
+    ("adapter", "is a LoRA adapter (adapter_config.json), not a model: give the model it was trained on"),
+])
+@pytest.mark.parametrize("command", ["finetune", "export_stock", "post_train"])
+def test_a_folder_that_holds_no_model_says_what_it_holds(tiny, run_folder, workdir, capsys, kind, says, command):
+    import shutil
+
+    from training import export_stock
+
+    folder = {"tokenizer": tiny["bert"][1], "checkpoint": next((run_folder / "checkpoints").iterdir())}.get(kind)
+    if kind == "unfinished run":  # what a run holds before it ends: checkpoints, no model files yet
+        folder = workdir / "unfinished"
+        shutil.copytree(run_folder / "checkpoints", folder / "checkpoints")
+    elif kind == "adapter":
+        folder = workdir / "adapter"
+        folder.mkdir()
+        (folder / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 8}), encoding="utf-8")
+    if command == "finetune":
+        rc = finetune.main(["--model", str(folder), "--task", "korsts", "--data-dir", str(sts_data(workdir / "sts")),
+                            "--output-dir", "out", "--device", "cpu"])
+    elif command == "export_stock":
+        rc = export_stock.main([str(folder), "out"])
+    else:
+        rc = post_train.main(run_args(tiny, workdir / "out", source=str(folder)))
+    line = error_line(capsys)
+    assert rc == 2 and f"{folder} {says}" in line, line
+    assert not (workdir / "out").exists()
+
 # ---------------------------------------------------------------- an XPT model is no source
 
 

@@ -23,12 +23,15 @@ from modeling_xpt import XPTForMaskedLM, save_model_folder, to_stock
 from modeling_xpt.conversion import check_vocabulary
 from tokenization.errors import UserError, command
 from tokenization.folders import check_output_folder
+from training.inputs import not_a_model_folder
 from training.run_record import RESULTS_FILE, SUMMARY_FILE
 
 
 def check_masked_lm(folder: Path) -> None:
     """Only an XPT masked-LM folder has a stock equivalent: a fine-tuned classifier loaded as one would get a
     random LM head (and lose its classifier) while the logit check compared that head with itself."""
+    if folder.is_dir() and (wrong := not_a_model_folder(folder)):
+        raise UserError(wrong)
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from contextlib import contextmanager
 from pathlib import Path
@@ -192,6 +193,28 @@ def recorded_ref(value: str) -> str:
     return str(local.resolve()) if local is not None else value
 
 
+def not_a_model_folder(folder: Path) -> str | None:
+    """For a local folder without config.json, what it holds instead and what to give, for a one-line refusal
+    (`FOLDER is ...`); None for a folder with config.json. Told apart: a LoRA adapter, a post-training
+    checkpoint, a post-training run that has not finished, a tokenizer."""
+    folder = Path(folder)
+    if (folder / "config.json").is_file():
+        return None
+    if (folder / "adapter_config.json").is_file():
+        return (f"{folder} is a LoRA adapter (adapter_config.json), not a model: give the model it was trained on, "
+                "or the model/ folder that fine-tuning writes with --merge")
+    if (folder / "trainer_state.json").is_file() or re.fullmatch(r"checkpoint-\d+", folder.name):
+        return (f"{folder} is a post-training checkpoint (training state), not a model folder: give the run's folder "
+                "once the run has finished, or read the checkpoints with xpt-learning-curve RUN_FOLDER")
+    if (folder / "checkpoints").is_dir():
+        return (f"{folder} is a post-training run that has not finished (checkpoints, no model yet): continue it "
+                "with --resume latest, or read its checkpoints with xpt-learning-curve")
+    if any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt")):
+        return (f"{folder} holds a tokenizer, not a model: give a model folder (a post-training run, an xpt-convert "
+                "output) or a Hub model id")
+    return f"{folder} has no config.json: not a transformers model folder"
+
+
 def check_json_files(folder: Path, role: str, fix: str) -> None:
     """Every JSON file transformers reads from a local model or tokenizer folder must parse: a file cut
     short or damaged is named in one line with `fix`, before anything is written."""
@@ -227,8 +250,8 @@ def check_source_and_tokenizer(source: str, tokenizer: str | None, present: bool
         elif present and (unloadable := uncached(field, value)):
             raise unloadable
     local = resolve_local(source)
-    if local is not None and not (local / "config.json").is_file():
-        raise ConfigError("source", f"{local} has no config.json: not a transformers checkpoint")
+    if local is not None and (wrong := not_a_model_folder(local)):
+        raise ConfigError("source", wrong)
     local_tok = resolve_local(tokenizer) if tokenizer is not None else None
     if local_tok is not None and local_tok.is_dir() and not any(
             (local_tok / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.txt")):

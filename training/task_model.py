@@ -9,7 +9,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from training.inputs import hub_unreachable, is_connection_error, looks_like_hub_id, missing_path, uncached
+from training.inputs import (hub_unreachable, is_connection_error, looks_like_hub_id, missing_path,
+                             not_a_model_folder, uncached)
 from training.tasks import TaskDataError, TaskSpec
 
 HEAD_CLASSES = {"single": "AutoModelForSequenceClassification", "pair": "AutoModelForSequenceClassification",
@@ -60,6 +61,8 @@ def load_tokenizer_and_config(model: str, spec: TaskSpec, trust_remote_code: boo
         raise TaskDataError(f"--model {mistyped}")
     if unloadable := uncached("model", model):
         raise TaskDataError(f"--model {unloadable.message}")
+    if Path(model).is_dir() and (wrong := not_a_model_folder(Path(model))):
+        raise TaskDataError(f"--model {wrong}")
     hint = "" if trust_remote_code else (" (if you trust the code in that model folder or repo, pass "
                                          "--trust-remote-code)")
     try:
