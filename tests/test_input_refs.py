@@ -256,6 +256,16 @@ def test_a_hub_id_is_refused_at_once_where_the_hubs_name_does_not_resolve(tiny, 
     assert not (workdir / "out").exists()
 
 
+
+def test_a_tasks_hub_dataset_is_refused_at_once_where_the_hubs_name_does_not_resolve(tiny, workdir, unresolvable,
+                                                                                     nothing_loaded, capsys):
+    """No --data-dir, no network: NSMC's Hub dataset is one line naming it and the fix, before any download."""
+    model = tiny["bert"][0]
+    rc = finetune.main(["--model", str(model), "--task", "nsmc", "--output-dir", "out", "--device", "cpu"])
+    line = error_line(capsys)
+    assert rc == 2 and "task 'nsmc' reads e9t/nsmc from the Hugging Face Hub, which cannot be reached here: pass " \
+                      "--data-dir" in line, line
+
 def test_the_hub_name_check_trusts_a_proxy_and_a_resolving_name(unresolvable, monkeypatch):
     import socket
 

@@ -357,10 +357,17 @@ def load_task_data(spec: TaskSpec, data_dir: str | Path | None, max_train_sample
     if data_dir is not None:
         splits = load_local(spec, data_dir)
     elif spec.hub is not None:
+        from training.inputs import hub_offline, hub_resolves
+
+        hub = spec.hub[0] + (f" (config {spec.hub[1]})" if spec.hub[1] else "")
+        if not hub_offline() and not hub_resolves():  # not after the Hub client's 23 s of retries
+            raise TaskDataError(f"task {spec.name!r} reads {hub} from the Hugging Face Hub, which cannot be reached "
+                                "here: pass --data-dir with its train/dev/test files (or set HF_HUB_OFFLINE=1 to "
+                                "read a copy in the datasets cache)")
         try:
             splits = load_hub(spec)
         except Exception as error:  # network, missing dataset, ...: one clear line
-            raise TaskDataError(f"could not load {spec.hub} from the Hugging Face Hub: {type(error).__name__}: "
+            raise TaskDataError(f"could not load {hub} from the Hugging Face Hub: {type(error).__name__}: "
                                 f"{str(error).splitlines()[0] if str(error) else ''} (pass --data-dir for local files)") from None
         if "dev" not in splits and "test" in splits:  # e.g. NSMC on the Hub: hold out 10% of train as dev
             rng = random.Random(data_seed)
