@@ -166,7 +166,7 @@ class PostTrainConfig:
     eval_steps: int = arg(500, "evaluate on valid every N steps (and at the end of each phase)")
     save_steps: int = arg(500, "checkpoint every N steps (atomic; resume with --resume latest)")
     save_total_limit: int = arg(3, "checkpoints kept (oldest deleted first)")
-    keep_checkpoints: bool = arg(False, "keep OUTPUT/checkpoints after a successful run (default: delete them)")
+    keep_checkpoints: bool = arg(False, "keep OUTPUT/checkpoints after a successful run (false: deleted at its end)")
     logging_steps: int = arg(10, "log loss, learning rate and tokens/s every N steps")
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"], metadata={"help": "trackers: [tensorboard], or [] for none"})
     push_to_hub: str | None = arg(None, "ORG/NAME: after saving, validate, write the card and upload (cards.push)")
