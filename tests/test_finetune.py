@@ -311,6 +311,9 @@ def test_cli_xpt_folder_on_korsts_writes_results_json(shared_data, korean_tokeni
     untrained = [r["seed"] for r in results["runs"] if r["best_epoch"] == 0]
     assert all(f"| {seed} | 0 (untrained) |" in result.stdout for seed in untrained)
     assert ("best epoch 0 (untrained): no epoch of fine-tuning beat" in result.stdout) == bool(untrained)
+    # the saved bi-encoder is a sentence encoder: the printed line loads it as one and says how it pools
+    assert (f'load the model: from transformers import AutoModel; AutoModel.from_pretrained("{out / "model"}", '
+            "trust_remote_code=True): a sentence vector is the mean of last_hidden_state") in result.stdout
 
 
 def test_predictions_come_back_in_the_features_order(tmp_path):
@@ -440,10 +443,12 @@ sys.meta_path.insert(0, BlockProject())
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 torch.set_num_threads(1)
-if args["adapter"]:  # the line fine-tuning prints for it
+if args["usage"]:  # the line fine-tuning prints for it
     imports, call = args["usage"].split("; ", 1)
     exec(imports)
-    model = eval(call)
+    loaded = eval(call)
+    from transformers import Pipeline
+    model = loaded.model if isinstance(loaded, Pipeline) else loaded  # a pipeline holds its model
 else:
     model = AutoModelForSequenceClassification.from_pretrained(args["dir"], trust_remote_code=args["trust"])
 tokenizer = AutoTokenizer.from_pretrained(args["dir"], trust_remote_code=args["trust"])
@@ -524,7 +529,12 @@ def test_saved_folders_reload_in_a_fresh_process_with_identical_logits(case, tmp
             assert (folder / "training_summary.json").read_text() == (model_dir / "training_summary.json").read_text()
         else:
             assert not (folder / "modeling_xpt.py").exists() and "auto_map" not in config_json
-        fresh = fresh_logits(folder, texts, trust)
+        from training.finetuned_model import model_usage
+
+        usage = model_usage(folder, "single", bi_encoder=False)
+        assert usage.startswith('from transformers import pipeline; pipeline("text-classification"')
+        assert ("trust_remote_code=True" in usage) == trust
+        fresh = fresh_logits(folder, texts, trust, usage=usage)
         assert fresh["logits"] == merged.tolist()
         assert fresh["id2label"] == {"0": "0", "1": "1"}
         assert fresh["module"].startswith("transformers_modules." if trust else "transformers.models.bert")

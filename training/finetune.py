@@ -364,8 +364,8 @@ def publish(args, model_dir: Path) -> None:
 def fine_tune(args) -> dict[str, Any]:
     import torch
 
-    from training.finetuned_model import (MODEL_DIR, adapter_usage, remove_stale, save_selected, saved_model_record,
-                                         write_json)
+    from training.finetuned_model import (MODEL_DIR, adapter_usage, model_usage, remove_stale, save_selected,
+                                         saved_model_record, write_json)
 
     resolve_options(args)
     spec = spec_from_cli(args.task, args.task_spec, args.task_type, args.text_columns, args.label_column,
@@ -436,6 +436,8 @@ def fine_tune(args) -> dict[str, Any]:
         saved = results["saved_model"]
         print(f"saved the model of seed {saved['seed']} (best dev {spec.metric} {saved['dev']:.2f}, epoch "
               f"{saved['best_epoch']}): " + ", ".join(str(path) for path in written.values()))
+        if "model" in written:
+            print("  load the model: " + model_usage(written["model"], spec.task_type, args.pair_encoding == "bi"))
         if "adapter" in written:
             print("  load the adapter: " + adapter_usage(written["adapter"], spec.task_type, spec.labels,
                                                          args.trust_remote_code, args.pooling))

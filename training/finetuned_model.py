@@ -150,3 +150,19 @@ def adapter_usage(adapter_dir: Path, task_type: str, labels: list[str] | None, t
     extra += f", classifier_pooling={pooling!r}" if pooling else ""
     trust = ", trust_remote_code=True" if trust_remote_code else ""
     return f'from peft import {auto}; {auto}.from_pretrained("{adapter_dir}"{trust}{extra})'
+
+
+PIPELINE_TASKS = {"token": "token-classification", "qa": "question-answering"}  # else text-classification
+
+
+def model_usage(model_dir: Path, task_type: str, bi_encoder: bool) -> str:
+    """The Python line that loads a saved fine-tuned model: the pipeline of its task, or, for the STS
+    bi-encoder (a sentence encoder, no head), the encoder and how its sentence vectors are made. Folders
+    with their own model code (XPT) load with `trust_remote_code=True`."""
+    config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    trust = ", trust_remote_code=True" if config.get("auto_map") else ""
+    if bi_encoder:
+        return (f'from transformers import AutoModel; AutoModel.from_pretrained("{model_dir}"{trust}): a sentence '
+                "vector is the mean of last_hidden_state over the attention mask; similarity is their cosine")
+    task = PIPELINE_TASKS.get(task_type, "text-classification")
+    return f'from transformers import pipeline; pipeline("{task}", model="{model_dir}"{trust})'
