@@ -13,6 +13,7 @@ from pathlib import Path
 from training.inputs import looks_like_hub_id
 from training.methods import METHODS
 from training.run_record import RunRecord
+from training.study_report import floor_bar
 
 from .data_sources import describe_task, locate_spec
 from .folder import FolderInfo, hub_source_id, safetensors_parameter_count
@@ -43,6 +44,13 @@ STOCK_CLASSES = {"bert": "BertForMaskedLM", "roberta": "RobertaForMaskedLM", "xl
 def fmt_int(value) -> str:
     """An integer with thousands separators: 1,234,567."""
     return f"{int(value):,}"
+
+
+def counted(count, singular: str, plural: str | None = None) -> str:
+    """A count with its noun in the right number: "1 epoch", "3 epochs", "1,234 steps". `count` is a number or
+    a number already written out ("1,234"); `plural` is for nouns that do not just add an s ("processes")."""
+    one = str(count).replace(",", "").strip() in ("1", "1.0")
+    return f"{count} {singular if one else plural or singular + 's'}"
 
 
 def fmt_float(value, digits: int = 4) -> str:
@@ -207,8 +215,18 @@ def _seed_table(own: dict) -> dict:
             "has_test": any(is_number(r.get("test")) for r in runs), "runs": rows,
             "dev_mean_sd": _mean_sd([r.get("dev") for r in runs]),
             "test_mean_sd": _mean_sd([r.get("test") for r in runs]),
-            "floor": {split: cell((own.get("floor") or {}).get(split)) for split in ("dev", "test")}
-            if own.get("floor") else None}
+            "floors": _seed_table_floors(own)}
+
+
+def _seed_table_floors(own: dict) -> list[dict]:
+    """The seed table's no-model rows: the floor (`floor_readings`), then the other reading where there is one."""
+    if not own.get("floor"):
+        return []
+    readings = floor_readings(own["floor"], own.get("split", "test"))
+    return [{"label": "no-model floor, same splits" + (f" ({name})" if len(readings) > 1 else "") if first
+             else f"other no-model reading ({name})",
+             **{split: fmt_float(scores[split], 2) if is_number(scores.get(split)) else "" for split in ("dev", "test")}}
+            for first, (name, scores) in zip((True, False), readings)]
 
 
 def results_facts(info: FolderInfo) -> dict:
@@ -243,7 +261,41 @@ def results_facts(info: FolderInfo) -> dict:
                            **_reads(result)})
     return {"seed_table": _seed_table(own) if own and own.get("runs") else None,
             "intrinsic": {"split": split, "with_valid": with_valid, "rows": rows, "masked": masked} if rows else None,
-            "downstream": downstream, "floors": _floor_methods(info.results)}
+            "downstream": downstream, "floors": _floor_methods(info.results),
+            "floor_cosine": any((result.get("floor") or {}).get("zero_shot") for result in info.results)}
+
+
+COSINE_READING = "TF-IDF cosine, no training"
+
+
+def floor_readings(floor: dict, split: str) -> list[tuple[str, dict]]:
+    """The no-model readings of a run (`finetune --floor`) as (name, scores by split), the floor first:
+    the trained estimator's, and for sentence similarity the cosine of the TF-IDF vectors without
+    training. The floor is the one the study's report holds scores against (`floor_bar`): the stronger
+    of the two on the split the run reports (`floor["split"]`, else `split`)."""
+    name, _, last = str(floor.get("estimator") or "TF-IDF").rpartition(" ")
+    trained = (name if "=" in last else str(floor.get("estimator") or "TF-IDF"), floor)
+    cosine = floor.get("zero_shot") or {}
+    if not cosine:
+        return [trained]
+    scored = floor.get("split") or split
+    score, cosine_score = floor.get(scored), cosine.get(scored)
+    if not is_number(cosine_score):
+        return [trained, (COSINE_READING, cosine)]
+    if not is_number(score):
+        return [(COSINE_READING, cosine), trained]
+    bar, _ = floor_bar({"score": score, "zero_shot": cosine_score, "estimator": trained[0]})
+    return [trained, (COSINE_READING, cosine)] if bar == score else [(COSINE_READING, cosine), trained]
+
+
+def _floor_cell(floor: dict, split: str) -> str:
+    """The floor on `split`, with the other no-model reading named beside it where the run has both."""
+    shown = [(name, fmt_float(scores[split], DOWNSTREAM_DIGITS)) for name, scores in floor_readings(floor, split)
+             if is_number(scores.get(split))]
+    if len(shown) < 2:
+        return shown[0][1] if shown else ""
+    (name, value), (other, other_value) = shown
+    return f"{value} ({name}; {other}: {other_value})"
 
 
 def _reads(result: dict) -> dict:
@@ -251,7 +303,7 @@ def _reads(result: dict) -> dict:
     run's own splits, on the split its fine-tuned scores are reported on ("" where not run)."""
     split = result.get("split", "test")
     floor, probe = result.get("floor") or {}, (result.get("probe") or {}).get("mean") or {}
-    return {"floor": fmt_float(floor[split], DOWNSTREAM_DIGITS) if is_number(floor.get(split)) else "",
+    return {"floor": _floor_cell(floor, split) if floor else "",
             "probe": fmt_float(probe[split], DOWNSTREAM_DIGITS) if is_number(probe.get(split)) else ""}
 
 

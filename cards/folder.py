@@ -28,6 +28,8 @@ ARCHITECTURE_TASKS = {
     "ElectraForMaskedLM": ("fill-mask", "AutoModelForMaskedLM"),
 }
 STOCK_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "electra")
+# The stock masked-LM exports (`xpt-export-stock`), which the card and the Space describe as they do an XPT folder.
+STOCK_MASKED_LM = tuple(name for name in ARCHITECTURE_TASKS if not name.startswith("XPT"))
 
 # Files that make up a publishable folder (top level only). Anything else (checkpoints, TensorBoard
 # logs, the trained-tokenizer copy, caches) stays local.
@@ -127,6 +129,22 @@ class FolderInfo:
             if result.get("_file") == str(self.path / RESULTS_FILE):
                 return result
         return None
+
+
+def check_not_stock(info: FolderInfo, tool: str, export_fix: str | None = None) -> None:
+    """Refuse a folder that holds a stock transformers model `tool` cannot take (UserError, one line).
+
+    A stock model with a task head (a stock export fine-tuned by `xpt-finetune`) is always refused: the
+    card and the Space would describe it as a masked LM. A stock masked-LM export is refused only when
+    `export_fix` says what to do with it instead; without it `tool` takes the export."""
+    if not info.is_stock or (info.architecture in STOCK_MASKED_LM and export_fix is None):
+        return
+    held = f"{info.path} holds a stock {info.architecture or info.config.get('model_type')}, not an XPT model"
+    if info.architecture in STOCK_MASKED_LM:
+        raise UserError(f"{held}: {tool} takes XPT folders; {export_fix}")
+    takes = "XPT folders" if export_fix else "XPT folders and their stock masked-LM exports"
+    raise UserError(f"{held}: {tool} takes {takes}; fine-tune the XPT folder instead of its stock export "
+                    f"(xpt-finetune --model XPT_DIR) and run {tool} on that output")
 
 
 def has_tokenizer_files(path: Path) -> bool:

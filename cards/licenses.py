@@ -95,14 +95,14 @@ def license_unknown(method: str | None, source: str | None, fix: str = "pass --l
 
 
 def resolve_license(info: FolderInfo, explicit: str | None = None, *, required: bool = False,
-                    base_model: str | None = None) -> str | None:
+                    base_model: str | None = None, fix: str = "pass --license ID") -> str | None:
     """The licence of the weights: `explicit`, else the known licence of the model a fine-tune
     started from, else the English source's (a scratch model has no source: it needs `explicit`).
-    None when unknown, or LicenseUnknown when `required`."""
+    None when unknown, or LicenseUnknown (whose message ends with `fix`) when `required`."""
     method = info.method
     fine_tuned_from = (info.own_results or {}).get("model") if info.is_fine_tuned else None
     licence = known_license(explicit, method, [base_model, fine_tuned_from, info.config.get("source_name_or_path"),
                                                info.source])
     if licence is None and required:
-        raise license_unknown(method, info.source)
+        raise license_unknown(method, info.source, fix)
     return licence

@@ -37,6 +37,7 @@ from .card_facts import (
     DOWNSTREAM_DIGITS,
     INTRINSIC_METRICS,
     METRIC_DIGITS,
+    counted,
     fmt_int,
     is_number,
     layout_facts,
@@ -48,7 +49,7 @@ from .card_facts import (
 )
 from .card_options import save_card_options
 from .data_sources import describe_data, describe_task, hub_split, locate_spec, task_hub
-from .folder import CARD_FILE, FolderInfo, hub_source_id, inspect_folder, load_tokenizer
+from .folder import CARD_FILE, FolderInfo, check_not_stock, hub_source_id, inspect_folder, load_tokenizer
 from .language import DEFAULT_LANGUAGE, language_name, resolve_language
 from .licenses import UNSPECIFIED_LICENSE, resolve_license
 from .public import public_ref
@@ -99,11 +100,11 @@ def score_dataset(result: dict, split: str) -> dict:
     settings = result.get("hyperparameters") or {}
     held_test, held_dev = settings.get("hold_out_test"), settings.get("hold_out_dev")
     if held_dev and split == "dev":
-        kind, what = "held-out-dev", f"train, {fmt_int(held_dev)} examples held out as dev"
+        kind, what = "held-out-dev", f"train, {counted(fmt_int(held_dev), 'example')} held out as dev"
     elif held_dev and split == "test":
         kind, what = "dev-as-test", "dev split, scored as the test split"
     elif held_test and split == "test":
-        kind, what = "held-out-test", f"train, {fmt_int(held_test)} examples held out as test"
+        kind, what = "held-out-test", f"train, {counted(fmt_int(held_test), 'example')} held out as test"
     else:
         kind, what = split, f"{split} split"
     count, limit = (result.get("num_examples") or {}).get(split), settings.get("max_eval_samples")
@@ -149,7 +150,7 @@ def eval_results(info: FolderInfo, data_name: str):
         results.append(EvalResult(
             task_type=task_type, task_name=task[0] if task else task_name,
             **score_dataset(result, str(result.get("split", "test"))), metric_type=str(result.get("metric", "score")),
-            metric_name=f"{result.get('metric', 'score')} (mean of {len(result.get('scores') or [])} seeds)",
+            metric_name=f"{result.get('metric', 'score')} (mean of {counted(len(result.get('scores') or []), 'seed')})",
             metric_value=round(float(value), DOWNSTREAM_DIGITS)))
     return results
 
@@ -202,6 +203,7 @@ def build_card_from(info: FolderInfo, tokenizer, *, repo_id: str | None = None, 
     those of :func:`build_card`."""
     from huggingface_hub import ModelCard
 
+    check_not_stock(info, "xpt-card")
     check_base_model(base_model)
     variant = variant or ("stock" if info.is_stock else "custom")
     # the option names the English source of a post-trained folder; of a fine-tuned one, the model it was
@@ -221,6 +223,7 @@ def build_card_from(info: FolderInfo, tokenizer, *, repo_id: str | None = None, 
     return ModelCard.from_template(
         data, template_path=str(TEMPLATE),
         marker=GENERATED_CARD_MARKER, model_name=model_name, lang=lang, variant=variant, pipeline_tag=info.pipeline_tag,
+        counted=counted,
         untrained=info.is_untrained, fine_tuned=info.is_fine_tuned,
         fine_tuned_from=resolve_base_model(info, base_model) if info.is_fine_tuned else None,
         **task_facts(info),

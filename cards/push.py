@@ -45,9 +45,10 @@ from tokenization.errors import UserError, report_error
 from training.inputs import hub_offline
 from training.run_record import GENERATED_CARD_MARKER, SUMMARY_FILE, RunRecord, hand_written_card
 
+from .card_facts import counted
 from .card_options import merge_card_options
 from .folder import (CARD_FILE, PICKLE_SUFFIXES, RESULTS_FILE, UPLOAD_NAMES, UPLOAD_SUFFIXES,
-                     inspect_folder, upload_files)
+                     check_not_stock, inspect_folder, upload_files)
 from .language import resolve_language
 from .licenses import LicenseUnknown
 from .public import find_local_paths, portable_tokenizer_config, public_config, public_summary
@@ -333,10 +334,12 @@ def push_to_hub(model_dir: str | Path, repo_id: str, *, private: bool = False, r
         info = inspect_folder(model_dir, load_tokenizer=False)
     except (ValueError, OSError):  # an unreadable folder is reported by the validation below
         info = None
-    if info and info.is_stock:  # a stock export: the stock format is made (and checked) from its XPT folder
-        raise PushError(f"{model_dir} holds a stock {info.architecture or info.config.get('model_type')}, not an XPT "
-                        "model: xpt-push publishes XPT folders; for a stock copy, push the XPT folder it was exported "
-                        "from with --format stock (nothing uploaded)")
+    try:  # a stock export: the stock format is made (and checked) from its XPT folder
+        if info:
+            check_not_stock(info, "xpt-push", export_fix="for a stock copy, push the XPT folder it was exported "
+                            "from with --format stock")
+    except UserError as error:
+        raise PushError(f"{error} (nothing uploaded)") from None
     try:  # the card is written again with the options it was written with, the push's own over them
         if card_regenerated(model_dir, fmt, regenerate_card):
             card_kwargs = merge_card_options(model_dir, card_kwargs, log)
@@ -380,8 +383,9 @@ def push_to_hub(model_dir: str | Path, repo_id: str, *, private: bool = False, r
                             card_text=(stage / CARD_FILE).read_text(encoding="utf-8") if (stage / CARD_FILE).is_file() else "")
         log(report.format())
         if not report.ok:
-            raise PushError(f"{model_dir} is not publishable ({len(report.errors)} problem(s) above); nothing uploaded")
-        log(f"{'would upload' if dry_run else 'uploading'} {len(files)} files to {repo_id}@{branch}"
+            raise PushError(f"{model_dir} is not publishable ({counted(len(report.errors), 'problem')} above); "
+                            "nothing uploaded")
+        log(f"{'would upload' if dry_run else 'uploading'} {counted(len(files), 'file')} to {repo_id}@{branch}"
             + (" (private)" if private else "") + f" [{fmt}] in one commit; the card's usage code says "
             f"revision={branch!r} and is then pinned to that commit's id (a second commit changes README.md only)")
         for name, size in files:

@@ -25,8 +25,10 @@ from pathlib import Path
 from tokenization.folders import check_output_folder
 from training.inputs import looks_like_hub_id
 
-from .folder import inspect_folder, load_tokenizer
+from .card_facts import counted
+from .folder import CARD_FILE, FolderInfo, check_not_stock, inspect_folder, load_tokenizer
 from .language import language_name, resolve_language
+from .licenses import LicenseUnknown, resolve_license
 from .widgets import CLASSIFICATION_EXAMPLES, fill_mask_widgets, visible_token
 
 WRITTEN_BY = "written by `xpt-space`"  # in app.py's docstring and the Space README's body
@@ -147,6 +149,24 @@ def folder_license(model_dir: str | Path) -> str | None:
     return licence if isinstance(licence, str) and licence != "other" else None
 
 
+def space_license(info: FolderInfo, explicit: str | None = None) -> str:
+    """The Space's licence: `explicit`, else the one the model folder's card states, else (a folder with no
+    card yet) the licence `xpt-card` would give its weights. ValueError in one line when there is none."""
+    if explicit:
+        return explicit
+    if (info.path / CARD_FILE).is_file():
+        licence = folder_license(info.path)
+        if not licence:
+            raise ValueError(f"{info.path}: its card states no licence; pass --license ID for the Space")
+        return licence
+    fix = (f"pass --license ID for the Space, or write the card first with `xpt-card --model-dir {info.path} "
+           "--license ID`")
+    try:
+        return resolve_license(info, required=True, fix=fix)
+    except LicenseUnknown as error:
+        raise ValueError(f"{info.path} has no card (README.md) to read the licence from; {error}") from None
+
+
 def card_widget_texts(model_dir: str | Path) -> list[str]:
     """The widget examples of the model folder's card (they are in the model's language)."""
     card = Path(model_dir) / "README.md"
@@ -175,20 +195,20 @@ def write_space(model_dir: str | Path, out: str | Path, *, repo_id: str | None =
                 license: str | None = None, sdk_version: str | None = None, revision: str | None = None,
                 overwrite: bool = False) -> Path:
     """`revision`: the model commit the app pins (what `cards.push` printed); `license`: the Space's,
-    by default the model card's (else required). `out` may hold only an earlier Space written here, unless
+    by default the model card's (`space_license`). `out` may hold only an earlier Space written here, unless
     `overwrite`; it is never the model folder or in or around it (UserError)."""
     info = inspect_folder(model_dir, load_tokenizer=False)
-    license = license or folder_license(model_dir)
-    if not license:
-        raise ValueError(f"{model_dir}: its card states no licence; pass --license ID for the Space")
+    check_not_stock(info, "xpt-space")
+    license = space_license(info, license)
     task = info.pipeline_tag
     if task not in ("fill-mask", "text-classification"):
         raise ValueError(f"the demo supports fill-mask and text-classification models; {model_dir} is {task}")
     spec = ((info.own_results or {}).get("task_spec") or {}) if info.is_fine_tuned else {}
     if len(spec.get("text_columns") or []) == 2 or spec.get("task_type") == "regression":
+        texts = counted(len(spec.get("text_columns") or []), "text")
         raise ValueError(f"{model_dir} was fine-tuned on {spec.get('name') or 'a task'} ({spec.get('task_type')}, "
-                         f"{len(spec.get('text_columns') or [])} texts in); the demo takes one text and shows class "
-                         "probabilities, so it would mislead: its card's usage code shows how to call it")
+                         f"{texts} in); the demo takes one text and shows class probabilities, so it would "
+                         "mislead: its card's usage code shows how to call it")
     tokenizer = load_tokenizer(info.path)
     language = resolve_language(info)
     name = language_name(language)
@@ -233,7 +253,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, help="folder to write the Space app into")
     parser.add_argument("--repo-id", help="Hub repo of the model the Space loads (default: the local folder)")
     parser.add_argument("--top-k", type=int, default=5)
-    parser.add_argument("--license", help="licence of the Space (default: the model card's licence)")
+    parser.add_argument("--license", help="licence of the Space (default: the model card's licence; without "
+                        "a card, the licence of the model's source when known, as xpt-card finds it)")
     parser.add_argument("--revision", help="model commit the app loads (the id `cards.push` printed; default: latest)")
     parser.add_argument("--sdk-version", help="gradio version for the Space metadata (default: the installed one)")
     parser.add_argument("--overwrite", action="store_true",

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -200,7 +201,7 @@ def test_card_metadata_round_trips_through_huggingface_hub(xpt_dir, tmp_path):
 
     body = card.text
     for expected in (fmt_int(400000), fmt_int(9876543), fmt_int(123456789), fmt_int(2011), "1,234 of 1,500", "777",
-                     fmt_duration(7325.5), "NVIDIA H100", "bf16", "4 process(es)", fmt_float(11.66642, 2),
+                     fmt_duration(7325.5), "NVIDIA H100", "bf16", "4 processes", fmt_float(11.66642, 2),
                      fmt_float(0.4321), fmt_float(23.75, 2), "79.97", "80.10, 79.50, 80.30", "CC BY-SA 4.0",
                      "trust_remote_code=True", 'pipeline("fill-mask", model="org/xpt-ko-test"',
                      "Applied Sciences", "11(5), 1974", "Exploring the Data Efficiency of Cross-Lingual Post-Training"):
@@ -545,7 +546,7 @@ def test_push_refuses_before_any_work_without_a_token_and_a_stock_export_by_nami
         with pytest.raises(push_module.PushError) as refused:
             push_module.push_to_hub(tmp_path / "stock", "org/x-stock", fmt=fmt, dry_run=True, log=lambda *_: None)
         assert str(refused.value) == (f"{tmp_path / 'stock'} holds a stock BertForMaskedLM, not an XPT model: xpt-push "
-                                      "publishes XPT folders; for a stock copy, push the XPT folder it was exported "
+                                      "takes XPT folders; for a stock copy, push the XPT folder it was exported "
                                       "from with --format stock (nothing uploaded)")
     logs = []
     push_module.push_to_hub(trained_dir, "org/x", dry_run=True, license="mit", load_check=False, log=logs.append)
@@ -1513,3 +1514,108 @@ def test_the_space_shows_a_word_start_answer_and_a_stock_space_needs_no_remote_c
     readme = (space / "README.md").read_text(encoding="utf-8")
     assert "trust_remote_code=True" not in readme and "loads without custom code" in readme
     assert "TRUST_REMOTE_CODE = False" in (space / "app.py").read_text(encoding="utf-8")
+
+
+def _fine_tune(model: Path, task: str, out: Path, shared_data: Path, *extra: str) -> Path:
+    """A real tiny `xpt-finetune` run of `model` on the shared data of `task` (one seed, one epoch)."""
+    from training import finetune
+
+    assert finetune.main(["--model", str(model), "--task", task, "--data-dir", str(shared_data / "tasks" / task),
+                          "--no-progress", "--seeds", "1", "--epochs", "1", "--batch-size", "16",
+                          "--max-train-samples", "64", "--max-eval-samples", "32", "--output-dir", str(out), *extra]) == 0
+    return out
+
+
+def test_a_fine_tuned_stock_export_is_refused_by_the_card_the_space_and_the_push_alike(
+        trained_dir, shared_data, tmp_path, capsys):
+    """A stock export fine-tuned by xpt-finetune holds a stock classifier: the card and the Space refuse it in
+    one line, as the push does, instead of describing it as a masked LM; the stock export itself still works."""
+    from cards.make_card import main as card_main
+    from cards.space import main as space_main
+    from cards.space import write_space
+    from training.export_stock import main as export_stock
+
+    stock = tmp_path / "stock"
+    assert export_stock([str(trained_dir), str(stock)]) == 0
+    model = _fine_tune(stock, "nsmc", tmp_path / "ft", shared_data) / "model"
+    assert json.loads((model / "config.json").read_text())["architectures"] == ["BertForSequenceClassification"]
+    capsys.readouterr()
+    held = f"{model} holds a stock BertForSequenceClassification, not an XPT model"
+    for tool, main, argv in (("xpt-card", card_main, ["--model-dir", str(model), "--license", "apache-2.0"]),
+                             ("xpt-space", space_main, [str(model), "--out", str(tmp_path / "sp"), "--license", "mit"])):
+        assert main(argv) == 2, tool
+        err = capsys.readouterr().err
+        assert err == (f"error: {held}: {tool} takes XPT folders and their stock masked-LM exports; fine-tune the "
+                       f"XPT folder instead of its stock export (xpt-finetune --model XPT_DIR) and run {tool} on that "
+                       "output\n"), err
+    assert not (model / "README.md").exists() and not (tmp_path / "sp").exists()
+    with pytest.raises(push_module.PushError, match=f"^{re.escape(held)}: xpt-push takes XPT folders; .*nothing uploaded"):
+        push_module.push_to_hub(model, "org/x", dry_run=True, log=lambda *_: None)
+    # the plain masked-LM export is still described and demonstrated as a fill-mask model
+    assert front_matter(write_card(stock, license="mit"))["pipeline_tag"] == "fill-mask"
+    assert "TASK = 'fill-mask'" in (write_space(stock, tmp_path / "app") / "app.py").read_text(encoding="utf-8")
+
+
+def test_a_korsts_card_holds_the_scores_against_the_floor_the_study_report_uses(trained_dir, shared_data, tmp_path):
+    """`--mode both --floor` on KorSTS records the trained ridge and the untrained TF-IDF cosine; the card's
+    floor is the one the study's report takes (`floor_bar`), with the other reading named beside it, in the
+    downstream table of the encoder's card and in the seed table of the fine-tuned model's card."""
+    from training.study_report import floor_bar, linear_reads_of
+
+    out = _fine_tune(trained_dir, "korsts", tmp_path / "sts", shared_data, "--mode", "both", "--floor")
+    results = json.loads((out / "results.json").read_text())
+    floor = results["floor"]
+    bar, what = floor_bar(linear_reads_of(results)["floor"])
+    assert what == "TF-IDF cosine, no training" and bar == floor["zero_shot"]["test"] > floor["test"]  # the case here
+    text = build_card(trained_dir, results=[out / "results.json"], license="mit").text
+    row = next(line for line in text.splitlines() if line.startswith("| KorSTS"))
+    assert row.endswith(f"| {floor['zero_shot']['test']:.2f} (TF-IDF cosine, no training; ridge: {floor['test']:.2f}) "
+                        f"| {results['probe']['mean']['test']:.2f} |"), row
+    assert "or for sentence similarity the cosine of the two texts' TF-IDF vectors without training" in text
+    own = build_card(out / "model", license="mit").text
+    assert (f"| no-model floor, same splits (TF-IDF cosine, no training) | | {floor['zero_shot']['dev']:.2f} | "
+            f"{floor['zero_shot']['test']:.2f} |") in own
+    assert f"| other no-model reading (ridge) | | {floor['dev']:.2f} | {floor['test']:.2f} |" in own
+
+
+def test_a_space_of_a_folder_without_a_card_finds_the_licence_as_the_card_does(trained_dir, tmp_path, capsys):
+    """Without README.md the Space takes the licence xpt-card would give the weights; where none is known it
+    says that the folder has no card and how to give one."""
+    from cards.space import main as space_main
+
+    folder = copy_folder(trained_dir, tmp_path / "m")
+    (folder / "README.md").unlink()
+    capsys.readouterr()
+    assert space_main([str(folder), "--out", str(tmp_path / "app")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{folder} has no card (README.md) to read the licence from" in err, err
+    assert f"pass --license ID for the Space, or write the card first with `xpt-card --model-dir {folder}" in err
+    summary = json.loads((folder / "training_summary.json").read_text())
+    (folder / "training_summary.json").write_text(json.dumps({**summary, "source_model": "FacebookAI/roberta-base"}))
+    assert build_card(folder, require_license=True).data.to_dict()["license"] == "mit"
+    assert space_main([str(folder), "--out", str(tmp_path / "app")]) == 0
+    assert front_matter(tmp_path / "app" / "README.md")["license"] == "mit"
+
+
+def test_counts_of_one_are_worded_in_the_singular(classifier_dir, tmp_path):
+    folder = copy_folder(classifier_dir, tmp_path / "c")
+    results = json.loads((folder / "results.json").read_text())
+    results.update(seeds=[0], scores=[71.25], mean=71.25, std=0.0, runs=results["runs"][:1],
+                   hyperparameters={"epochs": 1, "max_length": 1}, num_examples={"train": 1, "dev": 1})
+    (folder / "results.json").write_text(json.dumps(results), encoding="utf-8")
+    summary = {**SUMMARY, "total_steps": 1, "tokens_seen": 1, "hardware": {**SUMMARY["hardware"], "num_processes": 1},
+               "data": {**SUMMARY["data"], "train_sentences": 1, "train_tokens": 1}}
+    (folder / "training_summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    card = build_card(folder, license="mit")
+    for expected in ("1 epoch at most", "at most 1 token per example", "1 train example, 1 dev example",
+                     "| mean ± sd (1 seed) |", "1 optimiser step,", "1 token seen", "1 process,",
+                     "1 train sentence,", "1 train token,", "Post-trained on 1 Korean sentence;"):
+        assert expected in card.text, expected
+    names = [m["name"] for entry in card.data.to_dict()["model-index"][0]["results"] for m in entry["metrics"]]
+    assert "accuracy (mean of 1 seed)" in names, names
+    for wrong in ("1 epochs", "1 seeds", "1 steps", "1 examples", "1 sentences", "1 tokens", "process(es)"):
+        assert wrong not in card.text, wrong
+    from cards.card_facts import counted
+
+    assert [counted(1, "epoch"), counted(3, "epoch"), counted("1,234", "step"), counted(1, "process", "processes"),
+            counted(4, "process", "processes")] == ["1 epoch", "3 epochs", "1,234 steps", "1 process", "4 processes"]
