@@ -197,3 +197,55 @@ def test_models_right_under_top_level_folders_are_never_grouped_at_the_root():
                                                         ("/c/d/xpt-1000", 1000), ("/c/d/xpt-4000", 4000))]
     lines = {name: [p["model"] for p in group] for name, group in model_groups(points).items()}
     assert lines == {"a": ["/a/xpt-1000"], "b": ["/b/xpt-4000"], "c/d": ["/c/d/xpt-1000", "/c/d/xpt-4000"]}
+    bare = [{"model": m, "sentences": 1000} for m in ("one-seed", "untrained")]  # names of one part, no folder
+    assert {name: [p["model"] for p in group] for name, group in model_groups(bare).items()} == {
+        "one-seed": ["one-seed"], "untrained": ["untrained"]}
+
+
+def test_one_seed_shows_its_score_alone_and_best_epoch_0_is_marked(result_dirs, tmp_path, capsys):
+    """A single seed has no spread: its score is shown without ±. A seed whose best epoch is 0 kept the untrained
+    model: its row is marked and the mark explained. An interrupted run is named with the command to rerun."""
+    _, outs = result_dirs
+    base = json.loads((outs[1] / "results.json").read_text())
+    one = {**base, "scores": base["scores"][:1], "seeds": base["seeds"][:1], "runs": base["runs"][:1],
+           "mean": base["scores"][0], "std": 0.0, "model": "runs/one-seed"}
+    untrained = json.loads(json.dumps({**base, "model": "runs/untrained"}))
+    untrained["runs"][0]["best_epoch"] = 0
+    for name, data in (("one", one), ("untrained", untrained)):
+        (tmp_path / "in" / name).mkdir(parents=True)
+        (tmp_path / "in" / name / "results.json").write_text(json.dumps(data))
+    (tmp_path / "in" / "cut" / "runs").mkdir(parents=True)
+    (tmp_path / "in" / "cut" / "runs" / "seed_0.json").write_text(json.dumps({"seed": 0, "dev": 50.0, "test": 50.0}))
+    table = compare.compare([str(tmp_path / "in")], tmp_path / "out")["markdown"]
+    rows = {line.split("|")[3].strip(): line for line in table.splitlines() if line.startswith("| ") and "---" not in line}
+    assert rows["runs/one-seed"].endswith(f"| {base['scores'][0]:.2f} | 1 |") and "±" not in rows["runs/one-seed"]
+    assert rows["runs/untrained"].endswith(f"| {base['mean']:.2f} ± {base['std']:.2f} {compare.UNTRAINED} (1 of 2 seeds) | 2 |")
+    assert compare.UNTRAINED_NOTE in table and "no epoch of fine-tuning beat the untrained model on dev" in table
+    assert "run its `xpt-finetune` command again to finish it" in capsys.readouterr().err
+    assert compare.UNTRAINED not in compare.markdown_table(compare.load_results([outs[1] / "results.json"]))
+
+
+def test_the_plot_legend_sits_beside_the_axes_whole_and_without_a_warning(monkeypatch, tmp_path):
+    import warnings
+
+    import matplotlib.pyplot as plt
+
+    figures, close = [], plt.close
+    monkeypatch.setattr(plt, "close", figures.append)  # kept open to be measured
+    row = {"task": "nsmc", "metric": "accuracy", "split": "test", "peft": None, "std": 0.5, "n": 3}
+    rows = [{**row, "method": f"a rather long method label number {i} [hold_out_dev=5000, epochs=3]",
+             "model": f"runs/m{i}-{n}", "sentences": n, "mean": 60.0 + i + n / 1000} for i in range(5) for n in (1000, 4000)]
+    rows.append({**row, "method": compare.FLOOR, "model": "-", "sentences": None, "mean": 61.0, "n": 0})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        path = compare.plot_task("nsmc", rows, tmp_path)
+    fig = figures[0]
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    legend = ax.get_legend().get_window_extent(renderer)
+    assert not legend.overlaps(ax.get_window_extent(renderer))  # no point hidden under it
+    tight = fig.get_tightbbox(renderer)  # what the saved image holds, in inches
+    assert tight.x1 * fig.dpi >= legend.x1 and tight.y0 * fig.dpi <= legend.y0  # nothing of it clipped
+    height, width = plt.imread(path).shape[:2]
+    assert width >= tight.width * fig.dpi and height >= tight.height * fig.dpi  # the saved image holds it all
+    close(fig)

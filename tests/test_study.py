@@ -10,7 +10,9 @@ It needs ../shared/data and skips without it.
 """
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -81,6 +83,75 @@ def test_efficiency_factor_not_reached_and_on_perplexity():
     assert study_report.efficiency_factor(runs, None)["factor"] is None
     on_perplexity = study_report.efficiency_factor(_runs({"xpt": {1000: 30}, "scratch": {1000: 20}}), None)
     assert on_perplexity["factor"] == 1 and "seed ranges" not in on_perplexity["text"]
+
+
+@pytest.mark.parametrize("xpt, scratch, floor, text", [
+    # every model predicts one class: all tie, and with the floor
+    ({100: 68.75, 200: 68.75, 800: 68.75}, {100: 68.75, 200: 68.75, 800: 68.75}, 68.75,
+     "none: no difference between XPT and Scratch in this range (every run scores 68.8, as does the no-model floor)"),
+    ({100: 50.0, 800: 50.0}, {100: 50.0, 800: 50.0}, 60.0,
+     "none: no difference between XPT and Scratch in this range (every run scores 50.0)"),
+    # Scratch gains nothing from more sentences: XPT above it says nothing about sentences
+    ({100: 70.0, 800: 71.0}, {100: 60.0, 200: 60.0, 800: 60.0}, None,
+     "none: Scratch does not improve with more sentences in this range (60.0 at 100, 60.0 at 200, 60.0 at 800)"),
+    ({100: 65.0}, {100: 70.0, 800: 60.0}, None, "none: Scratch does not improve with more sentences"),
+])
+def test_no_factor_is_claimed_where_the_scores_do_not_differ(xpt, scratch, floor, text):
+    result = study_report.efficiency_factor(_runs({"xpt": xpt, "scratch": scratch}), "t", floor)
+    assert result["factor"] is None and result["text"].startswith(text)
+    assert "x:" not in result["text"]
+
+
+def test_a_factor_needs_scratch_to_gain_from_the_larger_size():
+    # XPT at 100 and 200 beat Scratch at 800, but Scratch at 800 is below Scratch at 100 and 200: the extra sentences
+    # bought Scratch nothing to match, so only the same sizes count
+    runs = _runs({"xpt": {100: 62.0, 200: 66.0, 800: 67.0}, "scratch": {100: 60.0, 200: 65.0, 800: 59.0}})
+    result = study_report.efficiency_factor(runs, "t")
+    assert (result["factor"], result["xpt_sentences"], result["scratch_sentences"]) == (1, 100, 100)
+    assert result["text"].startswith("at least 1x: XPT at 100 sentences matches or beats Scratch at 100")
+    # the same rule on MLM perplexity: every run at one perplexity is no difference
+    tied = study_report.efficiency_factor(_runs({"xpt": {100: 40.0, 800: 40.0}, "scratch": {100: 40.0, 800: 40.0}}), None)
+    assert tied == {"factor": None, "no_difference": True,
+                    "text": "none: no difference between XPT and Scratch in this range (every run scores perplexity 60.0)"}
+
+
+def _report(cells: dict[tuple[str, int], dict[str, tuple[list[float], list[int]]]]) -> tuple[dict, study.StudySpec]:
+    """A report of whole runs, as `collect` writes it: {(method, size): {task: (scores, best epochs)}}."""
+    spec = study.StudySpec(sizes=sorted({n for _, n in cells}), methods=sorted({m for m, _ in cells}),
+                           tasks={"korsts": study_spec.TaskEntry(data_dir="x"), "nsmc": study_spec.TaskEntry(data_dir="y")})
+    runs = []
+    for (method, size), tasks in cells.items():
+        entries = {}
+        for task, (scores, epochs) in tasks.items():
+            finite = [x for x in scores if math.isfinite(x)]
+            entries[task] = {"metric": "m", "split": "test", "scores": scores, "best_epochs": epochs,
+                             "mean": sum(scores) / len(scores), "sd": 0.5, "min": min(finite), "max": max(finite),
+                             "diverged": len(scores) - len(finite), "examples": {"train": 32, "dev": 32},
+                             "fine_tuning_wall_s": 1.0}
+        runs.append({"method": method, "sentences": size, "tasks": entries, "tokens_seen": 10, "hardware": {},
+                     "post_training_wall_s": 1.0, "mlm_test": {"perplexity": 9.0, "hits@1": 0.1, "hits@10": 0.2,
+                                                               "mrr": 0.1}})
+    report = {"runs": runs, "missing": [], "floor": {}, "source": {},
+              "separation": {t: study_report.separation(runs, t) for t in spec.tasks},
+              "data_efficiency": {**{t: study_report.efficiency_factor(runs, t) for t in spec.tasks},
+                                  "mlm_perplexity": study_report.efficiency_factor(runs, None)}}
+    return report, spec
+
+
+def test_cells_whose_best_epoch_is_0_are_marked_as_the_untrained_models_score():
+    nan = float("nan")
+    report, spec = _report({
+        ("scratch", 100): {"korsts": ([10.0, 12.0], [0, 0]), "nsmc": ([60.0, 61.0], [1, 1])},
+        ("xpt", 100): {"korsts": ([40.0, 42.0], [0, 1]), "nsmc": ([70.0, 71.0], [1, 1])},
+        ("xpt-sp", 100): {"korsts": ([30.0, nan], [1, 0]), "nsmc": ([65.0], [1])}})  # a NaN seed diverged
+    text = study_report.markdown(report, spec)
+    korsts, nsmc = text.split("\n## korsts:")[1].split("\n## nsmc:")
+    assert "| scratch | 11.0 ± 0.5 [10.0, 12.0] † |" in korsts
+    assert "| xpt | 41.0 ± 0.5 [40.0, 42.0] † (1 of 2 seeds) |" in korsts
+    assert "| xpt-sp | nan ± 0.5 [30.0, 30.0] (1 diverged) |" in korsts
+    assert study_report.UNTRAINED_NOTE in korsts and "the score is the untrained model's" in korsts
+    assert "†" not in nsmc and study_report.UNTRAINED_NOTE not in nsmc
+    assert "| xpt-sp | 65.0 (1 seed) |" in nsmc and "± 0.0" not in nsmc  # one seed: no spread to show
 
 
 def test_floor_verdict_counts_seeds_at_the_largest_size():
@@ -241,8 +312,81 @@ def test_resume_refuses_a_changed_spec_but_not_reworded_prose(tmp_path):
     assert study_spec.spec_changes(saved, spec) == {}
     saved["sizes"] = [*spec.sizes, 10 * spec.sizes[-1]]
     (out / study.SPEC_FILE).write_text(json.dumps(saved))
-    with pytest.raises(study.StudyError, match=r"another spec .*sizes"):
+    with pytest.raises(study.StudyError, match=r"another spec, started with a spec file of its own \(saved -> given: "
+                                               r"sizes \[100, 200, 800, 8000\] -> \[100, 200, 800\]\): continue it "
+                                               rf"with `xpt-study --out {out} --resume`"):
         study.run_study(spec, out, resume=True)
+
+
+def test_resume_with_another_preset_names_the_preset_started_with_and_the_few_values_that_differ(tmp_path, capsys):
+    out = tmp_path / "study"
+    out.mkdir()
+    (out / study.SPEC_FILE).write_text(json.dumps(study.load_spec("tiny", None, []).to_dict()))
+    assert study.main(["--preset", "cpu", "--out", str(out), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "{" not in err, err  # named values, not mappings
+    assert f"{out} holds a study with another spec, started with --preset tiny (saved -> given: " in err
+    changed = study_spec.leaf_changes(study_spec.spec_changes(study.load_spec("tiny", None, []).to_dict(),
+                                                              study.load_spec("cpu", None, [])))
+    assert "post_training.train_steps" in changed and len(changed) > study_spec.SHOWN_CHANGES
+    assert f"and {len(changed) - study_spec.SHOWN_CHANGES} more): continue it with `xpt-study --out {out} --resume`" in err
+    assert f"{list(changed)[0]} {changed[list(changed)[0]][0]!r} -> {changed[list(changed)[0]][1]!r}" in err
+    assert study.main(["--out", str(out), "--resume", "--dry-run"]) == 0  # the fix it names is accepted
+    assert "sizes [100, 200, 800]" in capsys.readouterr().out
+
+
+def test_a_shipped_spec_is_found_from_any_working_directory(tmp_path, monkeypatch):
+    """--spec configs/NAME.yaml as --config finds configs: from the working directory first, else the copy
+    the project ships."""
+    monkeypatch.chdir(tmp_path)
+    shipped = study.load_spec(None, "configs/study-tiny.yaml", [])
+    assert shipped.to_dict() == study.load_spec("tiny", None, []).to_dict()
+    assert study.load_spec(None, "study-tiny.yaml", []).to_dict() == shipped.to_dict()
+    raw = yaml.safe_load((REPO_ROOT / "configs" / "study-tiny.yaml").read_text())
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "study-tiny.yaml").write_text(yaml.safe_dump({**raw, "sizes": [5, 10]}))
+    assert study.load_spec(None, "configs/study-tiny.yaml", []).sizes == [5, 10]  # the working directory's own
+    with pytest.raises(study.StudyError, match=r"^study spec configs/typo.yaml not found \(neither from the working "
+                                               r"directory nor among the shipped configs\): give the path"):
+        study.load_spec(None, "configs/typo.yaml", [])
+
+
+def test_ctrl_c_is_one_line_naming_the_command_that_continues_the_study(tmp_path, monkeypatch, capsys):
+    """Ctrl-C inside a post-training run: one line and status 130; the study is left to --resume."""
+    from training import post_train
+
+    text = tmp_path / "ko.txt"
+    text.write_text("오늘 문장을 여기에 적어 둡니다.\n", encoding="utf-8")
+    (tmp_path / "nsmc").mkdir()
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(yaml.safe_dump({"corpus": [str(text)], "sizes": [10], "methods": ["xpt"],
+                                         "tasks": {"nsmc": {"data_dir": str(tmp_path / "nsmc")}}}))
+    out = tmp_path / "study"
+    monkeypatch.setattr(study, "stage_corpus", lambda spec, out: out / "data")
+    monkeypatch.setattr(study, "stage_tokenizer", lambda spec, out, data: out / "tokenizer")
+    monkeypatch.setattr(study, "stage_finetune", lambda *args, **kw: None)
+
+    def pressed(config, on_step_end=None):
+        Path(config.output_dir).mkdir(parents=True, exist_ok=True)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(post_train, "train", pressed)
+
+    def main(*argv: str):
+        try:
+            return study.main(list(argv))
+        except KeyboardInterrupt:
+            return "KeyboardInterrupt escaped"
+
+    assert main("--spec", str(spec_file), "--out", str(out)) == 130
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [f"interrupted: continue with `xpt-study --out {out} --resume`"], err
+    assert (out / "models" / ".tmp-xpt-10").is_dir() and not (out / ".lock").exists()
+    assert main("--out", str(out), "--resume", "--dry-run") == 0  # the command it names continues this spec
+    assert "sizes [10] x methods ['xpt']" in capsys.readouterr().out
+    monkeypatch.setattr(study, "check_inputs", lambda *args: pressed(argparse.Namespace(output_dir=tmp_path / "x")))
+    assert main("--spec", str(spec_file), "--out", str(tmp_path / "other")) == 130  # before the spec was saved
+    assert capsys.readouterr().err.strip().splitlines() == ["interrupted: run the same command again"]
 
 
 def test_report_only_reads_the_spec_the_study_was_started_with(tmp_path, capsys):
@@ -534,6 +678,7 @@ def test_tiny_study_survives_kill_and_resumes(shared_data, tmp_path, fresh_accel
             results = json.loads((out / "finetune" / Path(run["model"]).name / task / "results.json").read_text())
             entry = run["tasks"][task]
             assert entry["scores"] == results["scores"] and len(entry["scores"]) == len(spec.seeds(run["sentences"]))
+            assert entry["best_epochs"] == [r["best_epoch"] for r in results["runs"]]
             assert entry["min"] <= entry["mean"] <= entry["max"]
             assert entry["split"] == "test"
     # every size's sentences, as post-training reads them, are a seeded sample of one list: the smaller sets nest
@@ -575,6 +720,8 @@ def test_tiny_study_survives_kill_and_resumes(shared_data, tmp_path, fresh_accel
     for task in spec.tasks:
         assert (out / "report" / f"{task}.png").stat().st_size > 1000
         assert report["data_efficiency"][task]["text"] in markdown
+        untrained = any(0 in run["tasks"][task]["best_epochs"] for run in report["runs"])
+        assert (study_report.UNTRAINED_NOTE in markdown.split(f"## {task}:")[1].split("\n## ")[0]) is untrained
         assert f"XPT fine-tuned at {max(spec.sizes):,} sentences against the no-model floor" in markdown
     assert "Machine: CPU class " in markdown
     # every model folder is a normal output folder: the Auto classes load it

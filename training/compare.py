@@ -29,6 +29,7 @@ from pathlib import Path
 
 import argparse
 import json
+import math
 from collections import defaultdict
 from typing import Any
 
@@ -76,7 +77,7 @@ def find_results(paths: list[str]) -> list[Path]:
             unfinished = interrupted_runs(path)
             for folder, seeds in unfinished:
                 print(f"note: {folder}: {seeds} seed(s) finished but no {RESULTS_FILE} (an interrupted run): not "
-                      "counted; run its finetune.py command again to finish it", file=sys.stderr)
+                      "counted; run its `xpt-finetune` command again to finish it", file=sys.stderr)
             if not found:
                 raise CompareError(f"{path}: no fine-tuning results.json found under this folder"
                                    + (" (only interrupted runs)" if unfinished else ""))
@@ -132,7 +133,8 @@ def load_results(files: list[Path]) -> list[dict[str, Any]]:
                "model": str(data.get("model", "")), "method": method, "sentences": post.get("train_sentences"),
                "peft": data.get("peft"), "recipe": recipe(data)}
         if "scores" in data:
-            rows.append({**row, "mean": float(data["mean"]), "std": float(data["std"]), "n": len(data["scores"])})
+            rows.append({**row, "mean": float(data["mean"]), "std": float(data["std"]), "n": len(data["scores"]),
+                         "untrained": untrained_seeds(data)})
         for pooling, probe in (data.get("probe") or {}).items():  # one score, no seeds
             rows.append({**row, "method": f"{method} probe ({pooling})", "split": probe["split"],
                          "mean": float(probe["score"]), "std": 0.0, "n": 0, "peft": None})
@@ -150,6 +152,28 @@ def load_results(files: list[Path]) -> list[dict[str, Any]]:
                                "results scored with the same metric (fine-tune them again with the same version)")
     label_recipes(rows)
     return rows
+
+
+UNTRAINED = "†"
+UNTRAINED_NOTE = (f"{UNTRAINED} best epoch 0: no epoch of fine-tuning beat the untrained model on dev; the score is "
+                  "the untrained model's (where a count is given, in that many of the seeds).")
+
+
+def untrained_seeds(data: dict[str, Any]) -> int:
+    """How many seeds of a results.json kept the untrained model (best epoch 0) and scored a number."""
+    split = data.get("split", "test")
+    return sum(r.get("best_epoch") == 0 and isinstance(r.get(split), (int, float)) and math.isfinite(r[split])
+               for r in data.get("runs") or [])
+
+
+def score_cell(row: dict[str, Any]) -> str:
+    """mean ± std over two seeds or more; one seed's score, or a probe's or floor's, alone; marked where the
+    best epoch was 0."""
+    score = f"{row['mean']:.2f} ± {row['std']:.2f}" if row["n"] >= 2 else f"{row['mean']:.2f}"
+    count = row.get("untrained") or 0
+    if count:
+        score += f" {UNTRAINED}" if count == row["n"] else f" {UNTRAINED} ({count} of {row['n']} seeds)"
+    return score
 
 
 def _size(n) -> str:
@@ -175,9 +199,9 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
                   "| --- | ---: | --- | --- | ---: | ---: |"]
         for r in task_rows:
             method = r["method"] + (f" + {r['peft']}" if r["peft"] else "")
-            score = f"{r['mean']:.2f} ± {r['std']:.2f}" if r["n"] else f"{r['mean']:.2f}"  # probes, floors: no seeds
-            lines.append(f"| {method} | {_size(r['sentences'])} | {r['model']} | {r['split']} | {score} | {r['n'] or '-'} |")
-        lines.append("")
+            lines.append(f"| {method} | {_size(r['sentences'])} | {r['model']} | {r['split']} | {score_cell(r)} | "
+                         f"{r['n'] or '-'} |")
+        lines += ["", UNTRAINED_NOTE, ""] if any(r.get("untrained") for r in task_rows) else [""]
     return "\n".join(lines)
 
 
@@ -202,7 +226,7 @@ def plot_task(task: str, rows: list[dict[str, Any]], out: Path) -> Path:
     sizes = sorted({r["sentences"] for r in rows if r["sentences"]})
     for label in sorted(series):
         points = sorted(series[label], key=lambda r: r["sentences"])
-        seeded = any(p["n"] for p in points)  # probes have one score each: no error bars
+        seeded = any(p["n"] >= 2 for p in points)  # probes and single seeds have one score each: no error bars
         ax.errorbar([p["sentences"] for p in points], [p["mean"] for p in points],
                     yerr=[p["std"] for p in points] if seeded else None, marker="o", capsize=3, label=label)
     for label, row in references:
@@ -228,6 +252,8 @@ def model_groups(points: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]
         distinct = all(len({p["sentences"] for p in group}) == len(group) for group in groups.values())
         if distinct and (not best or len(groups) < len(best)):
             best = groups
+    for parts, point in zip(paths, points) if not best else ():  # models named by one folder each: a line per model
+        best.setdefault(parts, []).append(point)
     keys = list(best)
     shared_head = 0
     while all(len(k) > shared_head + 1 and k[shared_head] == keys[0][shared_head] for k in keys):
@@ -258,9 +284,9 @@ def save_size_plot(fig, ax, sizes: list[int], ylabel: str, title: str, path: Pat
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
+    # beside the axes, not over the points; the saved image is cropped to hold it whole
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return path
 

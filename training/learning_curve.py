@@ -197,7 +197,18 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as error:
         return report_error(error)
     print(table(curve))
+    note = only_the_finished_model(Path(args.run))
+    if note:
+        print(note)
     return 0
+
+
+def only_the_finished_model(run: Path) -> str | None:
+    """A note for a run that kept no checkpoints: its curve is the finished model alone, one point."""
+    if list_checkpoints(run) or not (run / SUMMARY_FILE).is_file():
+        return None
+    return (f"note: only the finished model is in this curve: {run} kept no checkpoints (keep_checkpoints false); "
+            "post-train with `--keep-checkpoints true` to get a curve")
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ import json
 import math
 import os
 import random
+import shlex
 import shutil
 import sys
 import time
@@ -473,8 +474,18 @@ def main(argv: list[str] | None = None) -> int:
                 report = run_study(spec, out, resume=args.resume)
     except UserError as error:
         return report_error(error)
+    except KeyboardInterrupt:
+        print(f"interrupted: {interrupted_advice(out, args)}", file=sys.stderr)
+        return 130
     print((report / "results.md").read_text(encoding="utf-8"))
     return 0
+
+
+def interrupted_advice(out: Path, args: argparse.Namespace) -> str:
+    """What to run after Ctrl-C: the study goes on from its finished runs once its spec is saved in --out."""
+    if not args.report_only and not args.dry_run and (out / SPEC_FILE).is_file():
+        return f"continue with `xpt-study --out {shlex.quote(args.out)} --resume`"
+    return "run the same command again"
 
 
 if __name__ == "__main__":

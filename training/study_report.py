@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenization.folders import write_text_atomic
-from training.compare import save_size_plot
+from training.compare import UNTRAINED, UNTRAINED_NOTE, save_size_plot
 from training.run_record import RESULTS_FILE, RecordError, RunRecord
 from training.study import SOURCE_RUN, StudyError, StudySpec, finished, run_name
 
@@ -51,11 +51,10 @@ def collect(spec: StudySpec, out: Path) -> dict[str, Any]:
                     "min": min(finite, default=math.nan), "max": max(finite, default=math.nan),
                     "diverged": len(results["scores"]) - len(finite),
                     "dev_scores": [r["dev"] for r in results["runs"]],
+                    "best_epochs": [r.get("best_epoch") for r in results["runs"]],
                     "examples": results["num_examples"], "fine_tuning_wall_s": round(sum(walls), 1)}
                 record["tasks"][name].update(linear_reads_of(results))
             runs.append(record)
-    factors = {name: efficiency_factor(runs, name) for name in spec.tasks}
-    factors["mlm_perplexity"] = efficiency_factor(runs, None)
     floors, source = {}, {}
     for name in spec.tasks:
         path = out / "finetune" / SOURCE_RUN / name / RESULTS_FILE
@@ -63,6 +62,9 @@ def collect(spec: StudySpec, out: Path) -> dict[str, Any]:
             results = json.loads(path.read_text(encoding="utf-8"))
             source[name] = linear_reads_of(results)
             floors[name] = source[name]["floor"]
+    factors = {name: efficiency_factor(runs, name, floor_bar(floors[name])[0] if name in floors else None)
+               for name in spec.tasks}
+    factors["mlm_perplexity"] = efficiency_factor(runs, None)
     return {"spec": spec.to_dict(), "runs": runs, "missing": missing, "data_efficiency": factors,
             "separation": {name: separation(runs, name) for name in spec.tasks}, "floor": floors, "source": source}
 
@@ -97,20 +99,62 @@ def _disjoint_above(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return not _one_seed(a, b) and not a.get("diverged") and not b.get("diverged") and a["min"] > b["max"]
 
 
-def efficiency_factor(runs: list[dict[str, Any]], task: str | None) -> dict[str, Any]:
-    """Largest k such that XPT at N sentences matches or beats Scratch at k x N (means over seeds).
+TIE = 1e-9  # scores closer than this are the same score
+
+
+def _shown(score: float, task: str | None) -> str:
+    return f"{score:.1f}" if task else f"perplexity {-score:.1f}"
+
+
+def no_factor(xpt: dict[int, Any], scratch: dict[int, Any], task: str | None,
+              floor: float | None = None) -> dict[str, Any] | None:
+    """Why no factor can be read from these runs, or None when one can: every XPT and Scratch run scores the
+    same (no difference between the methods in this range), or Scratch does not improve with more sentences
+    over the sizes it was run at (then XPT matching Scratch at a larger size says nothing about sentences)."""
+    scores = [_score(r, task) for r in (*xpt.values(), *scratch.values())]
+    if max(scores) - min(scores) <= TIE:
+        same = floor is not None and abs(floor - scores[0]) <= TIE
+        return {"factor": None, "no_difference": True,
+                "text": f"none: no difference between XPT and Scratch in this range (every run scores "
+                        f"{_shown(scores[0], task)}{', as does the no-model floor' if same else ''})"}
+    sizes = sorted(scratch)
+    if len(sizes) > 1 and not any(_score(scratch[m], task) > _score(scratch[s], task) + TIE
+                                  for s in sizes for m in sizes if m > s):
+        listed = ", ".join(f"{_shown(_score(scratch[n], task), task)} at {n:,}" for n in sizes)
+        return {"factor": None, "scratch_flat": True,
+                "text": f"none: Scratch does not improve with more sentences in this range ({listed}), so no "
+                        "score of XPT can be read as a number of Scratch's sentences"}
+    return None
+
+
+def _scratch_gains(scratch: dict[int, Any], task: str | None, n: int, m: int) -> bool:
+    """Scratch at `m` sentences scores above Scratch at the first size it was run at from `n` on (itself when
+    that is `m`): the extra sentences made Scratch better, so matching it there is worth them."""
+    start = min(s for s in scratch if s >= n)
+    return m == start or _score(scratch[m], task) > _score(scratch[start], task) + TIE
+
+
+def efficiency_factor(runs: list[dict[str, Any]], task: str | None, floor: float | None = None) -> dict[str, Any]:
+    """Largest k such that XPT at N sentences matches or beats Scratch at k x N (means over seeds), where
+    Scratch at k x N is better than Scratch at N: without that gain, the sentences buy nothing to match.
 
     k is read off the sizes that were run, so it is a lower bound whenever some XPT size matches Scratch's
     largest size (Scratch was not run beyond it). For tasks the record also says whether the two seed
-    ranges are disjoint, since a mean that "matches" inside the seed spread proves little."""
+    ranges are disjoint, since a mean that "matches" inside the seed spread proves little. No factor is
+    given where every run ties (`floor`: the no-model floor's score, named when it ties too) or where
+    Scratch does not improve with more sentences."""
     xpt = {r["sentences"]: r for r in runs if r["method"] == FOCUS}
     scratch = {r["sentences"]: r for r in runs if r["method"] == BASELINE}
     if not xpt or not scratch:
         return {"factor": None, "text": "needs finished XPT and Scratch runs"}
+    refused = no_factor(xpt, scratch, task, floor)
+    if refused:
+        return refused
     best = None
     for n, run in sorted(xpt.items()):
         for m, reference in sorted(scratch.items()):
-            if m >= n and _score(run, task) >= _score(reference, task) and (best is None or m / n > best["factor"]):
+            if m >= n and _score(run, task) >= _score(reference, task) and _scratch_gains(scratch, task, n, m) \
+                    and (best is None or m / n > best["factor"]):
                 best = {"factor": m / n, "xpt_sentences": n, "scratch_sentences": m,
                         "xpt_score": _score(run, task), "scratch_score": _score(reference, task)}
                 if task:
@@ -151,12 +195,25 @@ def separation(runs: list[dict[str, Any]], task: str) -> dict[str, Any]:
     return table
 
 
+def untrained_seeds(t: dict[str, Any]) -> int:
+    """How many seeds kept the untrained model (best epoch 0) and scored a number (a diverged seed scores NaN)."""
+    return sum(epoch == 0 and math.isfinite(score) for epoch, score in zip(t.get("best_epochs") or [], t["scores"]))
+
+
+def _untrained_mark(t: dict[str, Any]) -> str:
+    count = untrained_seeds(t)
+    if not count:
+        return ""
+    return f" {UNTRAINED}" if count == len(t["scores"]) else f" {UNTRAINED} ({count} of {len(t['scores'])} seeds)"
+
+
 def _seed_cell(t: dict[str, Any]) -> str:
-    """A task cell of the results table: mean ± sd [min, max] over seeds, and how many diverged."""
+    """A task cell of the results table: mean ± sd [min, max] over seeds, how many diverged, and a mark where
+    the best epoch was 0 (the untrained model's score)."""
     if len(t["scores"]) < 2:
-        return f"{t['mean']:.1f} (1 seed)"
+        return f"{t['mean']:.1f} (1 seed){_untrained_mark(t)}"
     diverged = f" ({t['diverged']} diverged)" if t.get("diverged") else ""
-    return f"{t['mean']:.1f} ± {t['sd']:.1f} [{t['min']:.1f}, {t['max']:.1f}]{diverged}"
+    return f"{t['mean']:.1f} ± {t['sd']:.1f} [{t['min']:.1f}, {t['max']:.1f}]{diverged}{_untrained_mark(t)}"
 
 
 def markdown(report: dict[str, Any], spec: StudySpec) -> str:
@@ -171,6 +228,8 @@ def markdown(report: dict[str, Any], spec: StudySpec) -> str:
         lines += [f"## {task}: {first['metric']} on {first['split']} (mean ± sd over seeds [min, max])", ""]
         lines += method_by_size(runs, spec, _seed_cell, task)
         lines += reference_rows(spec, report["floor"].get(task), report["source"].get(task), "probe")
+        if any(untrained_seeds(r["tasks"][task]) for r in runs):
+            lines += ["", UNTRAINED_NOTE]
         lines += ["", floor_verdict(runs, spec, task, report["floor"].get(task)),
                   "", f"Data-efficiency factor (XPT vs Scratch): {report['data_efficiency'][task]['text']}.", ""]
         verdicts = report["separation"][task]

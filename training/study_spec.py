@@ -146,11 +146,23 @@ class StudySpec:
             raise StudyError(f"{where}: {error}") from None
 
 
+def spec_path(spec_file: str) -> Path:
+    """A --spec file: as given from the working directory, else, for a bare name or configs/NAME, the copy the
+    project ships (`xpt-study --spec configs/study-tiny.yaml` works from any folder)."""
+    path = Path(spec_file)
+    if not path.is_file() and path.parent in (Path("."), Path("configs")):
+        path = shipped_config(path.name) or path
+    if not path.is_file():
+        raise StudyError(f"study spec {spec_file} not found (neither from the working directory nor among the "
+                         "shipped configs): give the path of a spec YAML file, or --preset NAME")
+    return path
+
+
 def load_spec(preset: str | None, spec_file: str | None, extra_tasks: list[str]) -> StudySpec:
-    path = Path(spec_file) if spec_file else shipped_config(f"study-{preset}.yaml")
+    path = spec_path(spec_file) if spec_file else shipped_config(f"study-{preset}.yaml")
     if path is None or not path.is_file():
-        raise StudyError(f"study spec {spec_file} not found" if spec_file else f"preset {preset!r} has no spec "
-                         f"configs/study-{preset}.yaml in this installation (presets: {', '.join(PRESETS)})")
+        raise StudyError(f"preset {preset!r} has no spec configs/study-{preset}.yaml in this installation "
+                         f"(presets: {', '.join(PRESETS)})")
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as error:
@@ -261,12 +273,40 @@ def saved_spec(out: Path) -> StudySpec:
     return StudySpec.from_dict(json.loads(saved.read_text(encoding="utf-8")))
 
 
+SHOWN_CHANGES = 4  # the differing fields a refusal names; the rest are counted
+
+
+def leaf_changes(changes: dict[str, tuple[Any, Any]], prefix: str = "") -> dict[str, tuple[Any, Any]]:
+    """`spec_changes` down to the values that differ: post_training.train_steps rather than the whole mapping."""
+    leaves = {}
+    for key, (old, new) in changes.items():
+        if isinstance(old, dict) and isinstance(new, dict):
+            inner = {k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)}
+            leaves.update(leaf_changes(inner, f"{prefix}{key}."))
+        else:
+            leaves[f"{prefix}{key}"] = (old, new)
+    return leaves
+
+
+def started_with(saved: dict[str, Any]) -> str:
+    """How the study saved as `saved` was started: the preset whose spec it is, or a spec file of its own."""
+    for preset in PRESETS:
+        try:
+            if not spec_changes(saved, load_spec(preset, None, [])):
+                return f"--preset {preset}"
+        except StudyError:
+            continue
+    return "a spec file of its own"
+
+
 def check_same_spec(out: Path, spec: StudySpec) -> None:
-    """Refuse `spec` for a study folder started with another one: their runs would be mixed."""
-    saved = out / SPEC_FILE
-    changed = spec_changes(json.loads(saved.read_text(encoding="utf-8")), spec)
+    """Refuse `spec` for a study folder started with another one: their runs would be mixed. One line: how the
+    study there was started, the few values that differ, and the way forward."""
+    saved = json.loads((out / SPEC_FILE).read_text(encoding="utf-8"))
+    changed = leaf_changes(spec_changes(saved, spec))
     if changed:
-        listed = listed_changes(changed)
-        raise StudyError(f"{out} holds a study with another spec ({saved}): {listed}; its finished runs would be "
-                         "mixed with runs of the new spec: give the same preset/spec (or none, for --report-only), "
-                         "or choose another --out")
+        listed = listed_changes(dict(list(changed.items())[:SHOWN_CHANGES]))
+        more = f" and {len(changed) - SHOWN_CHANGES} more" if len(changed) > SHOWN_CHANGES else ""
+        raise StudyError(f"{out} holds a study with another spec, started with {started_with(saved)} (saved -> "
+                         f"given: {listed}{more}): continue it with `xpt-study --out {out} --resume` (no "
+                         "--preset or --spec: the spec it was started with), or choose another --out")
