@@ -16,14 +16,13 @@ import json
 import sys
 
 import torch
+from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoTokenizer
 
 from modeling_xpt import from_source
 from modeling_xpt.tokenizer_files import recorded_language, save_model_folder
 from tokenization.errors import ConfigError, UserError, command
 from tokenization.folders import check_output_folder
-from huggingface_hub.errors import StrictDataclassError
-
 from training.inputs import OFFLINE_SOURCE, check_source_and_tokenizer, reading_from_hub
 
 

@@ -14,7 +14,7 @@ from tokenization.folders import local_input, other_files, overlapping
 from training import metrics_downstream, sentence_similarity
 from training.config_checks import listed_changes
 from training.checkpointing import LOCK_FILE
-from training.finetuned_model import ADAPTER_DIR, MODEL_DIR, SAVE_CHOICES
+from training.finetuned_model import ADAPTER_DIR, MODEL_DIR, SAVE_CHOICES, SAVING_PREFIXES
 from training.inputs import recorded_ref
 from training.publishing import publisher
 from training.run_record import RESULTS_FILE
@@ -302,8 +302,7 @@ def fine_tuning_output(path: Path) -> bool:
     """What a fine-tuning run writes in its output folder (the temporary and replaced copies of a saved
     folder included)."""
     name = path.name
-    return name in (RESULTS_FILE, "runs", MODEL_DIR, ADAPTER_DIR, LOCK_FILE) or name.startswith(
-        (f".{MODEL_DIR}.tmp-", f".{ADAPTER_DIR}.tmp-", f".{MODEL_DIR}.old-", f".{ADAPTER_DIR}.old-"))
+    return name in (RESULTS_FILE, "runs", MODEL_DIR, ADAPTER_DIR, LOCK_FILE) or name.startswith(SAVING_PREFIXES)
 
 
 def check_reused_folder(args, seeds: list[int], spec: TaskSpec) -> None:

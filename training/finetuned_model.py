@@ -41,10 +41,14 @@ ADAPTER_DIR = "adapter"
 SAVE_CHOICES = ("best", "none")
 
 
+# The temporary and replaced copies `atomic_folder` leaves beside a saved folder while it saves
+SAVING_PREFIXES = tuple(f".{name}.{kind}-" for name in (MODEL_DIR, ADAPTER_DIR) for kind in ("tmp", "old"))
+
+
 def remove_stale(out_dir: str | Path) -> None:
     """Temporary folders left by a run that died while saving (the caller holds the folder's lock)."""
-    for pattern in (f".{MODEL_DIR}.tmp-*", f".{ADAPTER_DIR}.tmp-*", f".{MODEL_DIR}.old-*", f".{ADAPTER_DIR}.old-*"):
-        for stale in Path(out_dir).glob(pattern):
+    for stale in Path(out_dir).glob(".*"):
+        if stale.name.startswith(SAVING_PREFIXES):
             shutil.rmtree(stale, ignore_errors=True)
 
 

