@@ -8,6 +8,7 @@ Every command runs in this process, in a working folder that holds `runs/`.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import transformers
@@ -237,7 +238,7 @@ def unresolvable(monkeypatch, workdir):
     monkeypatch.setattr(socket, "getaddrinfo", no_name)
 
 
-@pytest.mark.parametrize("command", ["post_train", "convert", "finetune"])
+@pytest.mark.parametrize("command", ["post_train", "post_train_data", "convert", "finetune"])
 def test_a_hub_id_is_refused_at_once_where_the_hubs_name_does_not_resolve(tiny, workdir, unresolvable, nothing_loaded,
                                                                          capsys, command):
     """Without network and without offline mode, a Hub id not in the cache is one line before any download is
@@ -245,6 +246,8 @@ def test_a_hub_id_is_refused_at_once_where_the_hubs_name_does_not_resolve(tiny, 
     tok, out = tiny["bert"][1], str(workdir / "out")
     if command == "post_train":
         rc = post_train.main(run_args(tiny, out, source=NOT_CACHED))
+    elif command == "post_train_data":
+        rc = post_train.main(run_args(tiny, out, data=NOT_CACHED))
     elif command == "convert":
         rc = convert.main(["--source", NOT_CACHED, "--tokenizer", str(tok), "--out", out])
     else:
@@ -252,7 +255,8 @@ def test_a_hub_id_is_refused_at_once_where_the_hubs_name_does_not_resolve(tiny, 
                             "--output-dir", out, "--device", "cpu"])
     line = error_line(capsys)
     assert rc == 2 and f"{NOT_CACHED} is read as a Hub id, the Hugging Face Hub could not be reached" in line
-    assert ("--model " if command == "finetune" else "`source`" if command == "post_train" else "--source: ") in line
+    assert {"finetune": "--model ", "post_train": "`source`", "post_train_data": "`data`",
+            "convert": "--source: "}[command] in line
     assert not (workdir / "out").exists()
 
 
@@ -265,6 +269,23 @@ def test_a_tasks_hub_dataset_is_refused_at_once_where_the_hubs_name_does_not_res
     line = error_line(capsys)
     assert rc == 2 and "task 'nsmc' reads e9t/nsmc from the Hugging Face Hub, which cannot be reached here: pass " \
                       "--data-dir" in line, line
+
+def test_a_hub_dataset_with_a_copy_on_disk_is_left_to_datasets_without_network(unresolvable, workdir):
+    """Post-training's Hub data is refused at once only when nothing of it is on disk: datasets loads a copy from
+    the Hub cache, or the one it prepared under the run's cache_dir, without the Hub."""
+    from huggingface_hub import constants
+
+    cache_dir = workdir / "run-cache" / "hf"
+    line = inputs.uncached("data", NOT_CACHED, str(cache_dir))
+    assert line is not None and line.field == "data" and "give a local folder or file" in line.message
+    hub_copy = Path(constants.HF_HUB_CACHE) / f"datasets--{NOT_CACHED.replace('/', '--')}"
+    hub_copy.mkdir(parents=True)
+    assert inputs.uncached("data", NOT_CACHED, str(cache_dir)) is None
+    hub_copy.rmdir()
+    (cache_dir / NOT_CACHED.replace("/", "___")).mkdir(parents=True)
+    assert inputs.uncached("data", NOT_CACHED, str(cache_dir)) is None
+    assert inputs.uncached("data", NOT_CACHED, str(workdir / "other-cache")) is not None
+
 
 def test_the_hub_name_check_trusts_a_proxy_and_a_resolving_name(unresolvable, monkeypatch):
     import socket

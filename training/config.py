@@ -189,6 +189,10 @@ class PostTrainConfig:
             raise ConfigError("method", f"{self.method!r} is not one of {tuple(METHODS)}")
         return METHODS[self.method]
 
+    def datasets_cache_dir(self) -> str:
+        """Where `datasets` keeps the raw text it loads (Hub downloads, local files read as datasets)."""
+        return str(Path(self.cache_dir) / "hf")
+
     def resolved_phases(self) -> list[PhaseConfig]:
         """The phases to run: explicit ones, or the method's, scaled to `max_steps` when set."""
         if self.phases:

@@ -19,7 +19,8 @@ from training.config import (
     PhaseConfig,
     PostTrainConfig,
 )
-from training.inputs import check_json_files, check_source_and_tokenizer, looks_like_hub_id, missing_path, resolve_local
+from training.inputs import (check_json_files, check_source_and_tokenizer, looks_like_hub_id, missing_path,
+                             resolve_local, uncached)
 from training.methods import ALL_GROUPS
 
 
@@ -168,6 +169,9 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
     if c.resume not in (None, "latest") and not Path(c.resume).is_dir():
         raise ConfigError("resume", f"{c.resume!r} is neither 'latest' nor a checkpoint folder")
     if check_data:
+        data = data_to_read(c)
+        if data != "konlpy" and (unloadable := uncached("data", data, c.datasets_cache_dir())):
+            raise unloadable  # at once, not after the Hub client's retries
         local_tokenizer = resolve_local(c.tokenizer) if c.tokenizer else None
         if local_tokenizer is not None and local_tokenizer.is_dir():
             check_json_files(local_tokenizer, "tokenizer", "train it again (python -m tokenization.train_tokenizer) "

@@ -23,7 +23,7 @@ from tokenization.errors import ConfigError
 from tokenization.train_tokenizer import train_tokenizer
 from training.checkpointing import checkpoint_problem, latest_checkpoint, latest_usable_checkpoint, list_checkpoints
 from training.config import PostTrainConfig, describe_plan
-from training.config_checks import (listed_changes, missing_data, refuse_changed_resume, resume_changes,
+from training.config_checks import (data_to_read, listed_changes, missing_data, refuse_changed_resume, resume_changes,
                                     validate_config)
 from training.inputs import reading_from_hub, resolve_local, uncached
 from training.mlm_data import check_target_script, load_text_splits, row_stats, rows_fingerprint
@@ -134,8 +134,10 @@ def dry_run(config: PostTrainConfig) -> None:
     if missing_data(config):
         print(f"note: data {config.data!r} is not on this machine; training needs it (prepare it with "
               "`python -m tokenization.prepare_corpus --input ... --out ...`)")
-    for field, value in (("source", config.source), ("tokenizer", config.tokenizer)):
-        if unloadable := uncached(field, value):
+    data = data_to_read(config)
+    for field, value in (("source", config.source), ("tokenizer", config.tokenizer),
+                         ("data", None if data == "konlpy" else data)):
+        if unloadable := uncached(field, value, config.datasets_cache_dir()):
             print(f"note: {unloadable.message}; training needs it")
     print("dry run: configuration valid; nothing downloaded, nothing trained")
 
@@ -297,7 +299,7 @@ def load_splits(config: PostTrainConfig, data: str, accelerator: Accelerator) ->
         try:
             splits = load_text_splits(data, text_column=config.text_column, valid_size=config.valid_size,
                                       test_size=config.test_size, data_config=config.data_config,
-                                      cache_dir=str(Path(config.cache_dir) / "hf"), streaming=config.streaming,
+                                      cache_dir=config.datasets_cache_dir(), streaming=config.streaming,
                                       stream_limit=(config.max_train_sentences + config.valid_size + config.test_size)
                                       if config.max_train_sentences else None)
         except ConfigError:  # a setting that does not fit the data (held-out sizes): that setting is named
