@@ -18,6 +18,7 @@ import pytest
 
 from tokenization import prepare_corpus as pc
 from tokenization.corpus_io import COMPLETE_MARKER, corpus_files, iter_corpus
+from tokenization.dedup import DigestSet
 from tokenization.errors import InputError, run_cli
 from tokenization.korean_text import clean_paragraph, split_sentences
 from tokenization.train_tokenizer import train_tokenizer
@@ -448,7 +449,7 @@ def test_split_is_deterministic_exact_and_order_independent(tmp_path):
 
 
 def test_digest_set_exact_across_merges():
-    ds = pc.DigestSet(batch=7)
+    ds = DigestSet(batch=7)
     vals = [(i * 2654435761) % (1 << 64) for i in range(100)]
     assert all(ds.add(v) for v in vals)
     assert not any(ds.add(v) for v in vals)
@@ -501,6 +502,33 @@ def test_hf_input_streams_a_local_dataset(tmp_path):
     stats = pc.prepare([f"hf:{d}:default"], out, valid=0, test=0, progress=False)
     assert stats["documents"] == 2
     assert sorted(_all_sentences(out)) == sorted(["첫째 문서의 첫 문장이다.", "첫째 문서의 둘째 문장이다.", "둘째 문서의 문장이다."])
+
+
+def test_a_hub_dataset_input_without_network_is_refused_before_the_output_is_touched(tmp_path, monkeypatch, capsys):
+    """No offline mode, a Hub name that does not resolve: `hf:ID:CONFIG` is one line at once (not after
+    huggingface_hub's retries), and an earlier corpus in --out is left as it was, even with --overwrite."""
+    import socket
+
+    import datasets
+
+    def no_name(host, *args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    for name in ("HF_HUB_OFFLINE", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(socket, "getaddrinfo", no_name)
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("streamed before refusing"))
+    source = tmp_path / "ko.txt"
+    source.write_text("\n".join(_many_sentences(20)) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    pc.prepare([str(source)], out, valid=2, test=2, progress=False)
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    rc = run_cli(pc.main, ["--input", "hf:wikimedia/wikipedia:20231101.ko", "--out", str(out), "--overwrite"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert rc == 2 and err == ["error: hf:wikimedia/wikipedia:20231101.ko: a Hub dataset is streamed, and the Hugging "
+                               "Face Hub cannot be reached here; pass local files or folders instead"]
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before and (out / COMPLETE_MARKER).exists()
 
 
 @pytest.mark.parametrize("case", ["missing", "glob", "empty", "cp949", "hf", "too_big_split", "incomplete"])

