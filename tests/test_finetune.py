@@ -159,13 +159,16 @@ def test_task_files_label_sets_and_bad_rows(tmp_path):
         load_task_data(get_task("klue-re"), data)
 
 
-def test_a_trained_head_keeps_each_label_when_the_labels_come_in_another_order(tmp_path):
+@pytest.mark.parametrize("names", [None, {"x": "ex", "y": "why", "z": "zed"}])
+def test_a_trained_head_keeps_each_label_when_the_labels_come_in_another_order(tmp_path, names):
+    """Also when the task names its labels (`label_names`): the saved head's names are read back as labels."""
     from transformers import AutoConfig
 
     from training.task_model import load_model
 
     tokenizer = word_tokenizer("bert", KOREAN_WORDS)
     spec = spec_from_cli("mine", task_type="single", text_columns="text", label_column="label", labels="x,y,z")
+    spec.label_names = names
     base = xpt_model_dir(tmp_path / "m", tokenizer)
     first = load_model(str(base), spec, AutoConfig.from_pretrained(base, trust_remote_code=True), ["x", "y", "z"],
                        trust_remote_code=True).eval()
@@ -177,7 +180,22 @@ def test_a_trained_head_keeps_each_label_when_the_labels_come_in_another_order(t
     with torch.no_grad():
         before, after = first(**batch).logits, again(**batch).logits
     torch.testing.assert_close(after, before[:, [2, 0, 1]])
-    assert again.config.id2label == {0: "z", 1: "x", 2: "y"}
+    shown = names or {label: label for label in "xyz"}
+    assert again.config.id2label == {0: shown["z"], 1: shown["x"], 2: shown["y"]}
+
+
+def test_a_tasks_label_names_name_its_labels_by_value():
+    """NSMC's "1" is "positive" in whatever order --labels gives; names that would collide with another label, or
+    a malformed label_names, are not used."""
+    nsmc = get_task("nsmc")
+    assert nsmc.shown_labels(["0", "1"]) == ["negative", "positive"]
+    assert spec_from_cli("nsmc", labels="1,0").shown_labels(["1", "0"]) == ["positive", "negative"]
+    assert nsmc.shown_labels(["0", "negative"]) == ["0", "negative"]  # "negative" twice: the labels as they are
+    assert get_task("korsts").shown_labels(["a", "b"]) == ["a", "b"]
+    for bad in (["negative", "positive"], {"0": "same", "1": "same"}):
+        with pytest.raises(TaskDataError, match="label_names .* must map labels to names, one name each"):
+            spec_from_cli("mine", task_spec=json.dumps({"name": "mine", "task_type": "single", "text_columns": ["t"],
+                                                         "labels": ["0", "1"], "label_names": bad}))
 
 
 def test_local_shared_data_loads_and_validates(shared_data):
@@ -513,14 +531,15 @@ def test_saved_folders_reload_in_a_fresh_process_with_identical_logits(case, tmp
             model_dir.resolve())
         from training.finetuned_model import adapter_usage
 
-        usage = adapter_usage(adapter, "single", spec.labels, trust, args.pooling)
+        usage = adapter_usage(adapter, "single", spec.shown_labels(spec.labels), trust, args.pooling)
         fresh = fresh_logits(adapter, texts, trust, adapter=True, usage=usage)
         assert fresh["logits"] == expected.tolist()  # the LoRA matrices and the trained head, on the base model
-        assert fresh["id2label"] == {str(i): label for i, label in enumerate(spec.labels)}  # names, not LABEL_0
+        assert fresh["id2label"] == {"0": "negative", "1": "positive"}  # NSMC's names, not LABEL_0 or "1"
     if "model" in written:
         folder = written["model"]
         config_json = json.loads((folder / "config.json").read_text())
-        assert config_json["id2label"] == {"0": "0", "1": "1"} and config_json["label2id"] == {"0": 0, "1": 1}
+        assert config_json["id2label"] == {"0": "negative", "1": "positive"}
+        assert config_json["label2id"] == {"negative": 0, "positive": 1}
         assert json.loads((folder / "results.json").read_text())["saved_model"]["seed"] == 0
         assert json.loads((folder / "tokenizer_config.json").read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
         assert not any(p.name.startswith("adapter") for p in folder.iterdir())  # a plain model, no PEFT files
@@ -536,7 +555,7 @@ def test_saved_folders_reload_in_a_fresh_process_with_identical_logits(case, tmp
         assert ("trust_remote_code=True" in usage) == trust
         fresh = fresh_logits(folder, texts, trust, usage=usage)
         assert fresh["logits"] == merged.tolist()
-        assert fresh["id2label"] == {"0": "0", "1": "1"}
+        assert fresh["id2label"] == {"0": "negative", "1": "positive"}
         assert fresh["module"].startswith("transformers_modules." if trust else "transformers.models.bert")
 
 

@@ -439,7 +439,7 @@ def fine_tune(args) -> dict[str, Any]:
         if "model" in written:
             print("  load the model: " + model_usage(written["model"], spec.task_type, args.pair_encoding == "bi"))
         if "adapter" in written:
-            print("  load the adapter: " + adapter_usage(written["adapter"], spec.task_type, spec.labels,
+            print("  load the adapter: " + adapter_usage(written["adapter"], spec.task_type, spec.shown_labels(spec.labels or []),
                                                          args.trust_remote_code, args.pooling))
     elif args.save_model == "none" and any((out_dir / name).exists() for name in (MODEL_DIR, "adapter")):
         print(f"note: {out_dir} holds a model saved by an earlier run (its own results.json describes it)")

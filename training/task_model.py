@@ -143,8 +143,9 @@ def load_model(model: str, spec: TaskSpec, config, labels: list[str] | None, poo
         kwargs.update(num_labels=1, problem_type="regression", id2label={0: spec.label_column},
                       label2id={spec.label_column: 0})
     elif spec.task_type in ("single", "pair", "token"):
-        kwargs.update(num_labels=len(labels), id2label=dict(enumerate(labels)),
-                      label2id={label: i for i, label in enumerate(labels)},
+        shown = spec.shown_labels(labels)
+        kwargs.update(num_labels=len(labels), id2label=dict(enumerate(shown)),
+                      label2id={name: i for i, name in enumerate(shown)},
                       problem_type="single_label_classification" if spec.task_type != "token" else None)
     # A folder that already holds a head of another size (e.g. a fine-tuned 3-way classifier) gets a new one.
     architectures = getattr(config, "architectures", None) or []
@@ -156,7 +157,9 @@ def load_model(model: str, spec: TaskSpec, config, labels: list[str] | None, poo
     except (ValueError, OSError, RuntimeError, TypeError) as error:
         raise _cannot_load(model, error, f"cannot load {model} with {HEAD_CLASSES[spec.task_type]}") from None
     if "ignore_mismatched_sizes" not in kwargs and labels and any(a.endswith(head_suffix) for a in architectures):
-        reorder_head(loaded, [str(config.id2label[i]) for i in range(config.num_labels)], labels)
+        meaning = dict(zip(spec.shown_labels(labels), labels))  # a saved head's names, read back as labels
+        saved = [str(config.id2label[i]) for i in range(config.num_labels)]
+        reorder_head(loaded, [meaning.get(name, name) for name in saved], labels)
     # Weights the checkpoint lacks start random: the task head, and e.g. the pooler of a BERT model saved as
     # BertForMaskedLM. apply_lora trains and saves them with the adapter, which otherwise could not be reloaded.
     parameters = dict(loaded.named_parameters())

@@ -18,8 +18,7 @@ record per line. Token and QA tasks need JSON/JSONL (their columns are lists/dic
 
 Hub data: ``hub=(path, config_name)`` loads with `datasets.load_dataset`; ``ClassLabel`` integers are
 turned into their names and a few tasks have a converter (KLUE-STS labels, KLUE-RE entity markers).
-**The Hub loaders cannot run in the offline development environment: they are untested here.**
-The local path is what the tests exercise.
+The tests check that conversion on in-memory datasets; no download from the Hub is part of them.
 
 Users add a task without editing code: ``finetune.py --task-spec '{"name": ..., ...}'`` (JSON text or
 a path to a JSON file), or ``--task-type pair --text-columns a,b --label-column y [--labels x,y]``.
@@ -53,6 +52,7 @@ class TaskSpec:
     text_columns: list[str] = field(default_factory=list)
     label_column: str = "label"
     labels: list[str] | None = None          # classification/NER label set; None: taken from the train split
+    label_names: dict[str, str] | None = None  # what labels mean ({"1": "positive"}): the names a saved model shows
     metric: str = "accuracy"                 # main metric (see training/metrics_downstream.py)
     extra_metrics: list[str] = field(default_factory=list)
     label_range: tuple[float, float] | None = None  # regression: allowed [low, high]
@@ -81,6 +81,11 @@ class TaskSpec:
             self.labels = [str(label) for label in self.labels]
             if len(set(self.labels)) != len(self.labels):
                 raise TaskDataError(f"task {self.name!r}: duplicate labels in {self.labels}")
+        names = self.label_names
+        if names is not None and (not isinstance(names, dict) or len(set(map(str, names.values()))) != len(names)):
+            raise TaskDataError(f"task {self.name!r}: label_names {names!r} must map labels to names, one name each, "
+                                'e.g. {"0": "negative", "1": "positive"}')
+        self.label_names = None if names is None else {str(label): str(name) for label, name in names.items()}
         if self.label_range is not None:
             self.label_range = (float(self.label_range[0]), float(self.label_range[1]))
         if self.hub is not None:
@@ -108,6 +113,12 @@ class TaskSpec:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def shown_labels(self, labels: list[str]) -> list[str]:
+        """The names a saved model gives `labels` (id2label: what its pipeline, widget and Space show): `label_names`
+        where declared ("1" of NSMC is "positive"), else the labels themselves (also where names would collide)."""
+        shown = [(self.label_names or {}).get(label, label) for label in labels]
+        return shown if len(set(shown)) == len(shown) else list(labels)
+
 
 DEFAULT_METRIC = {"single": "accuracy", "pair": "accuracy", "regression": "spearman", "token": "entity_f1", "qa": "qa_f1"}
 
@@ -126,17 +137,18 @@ register(TaskSpec("korsts", "regression", ["sentence1", "sentence2"], "score", m
                   extra_metrics=["pearson"], label_range=(0.0, 5.0),
                   description="KorSTS (kakaobrain/KorNLUDatasets): TSV sentence1 sentence2 score (0-5)"))
 register(TaskSpec("paws-x", "pair", ["sentence1", "sentence2"], "label", labels=["0", "1"], metric="accuracy",
-                  hub=("google-research-datasets/paws-x", "ko"), id_column="id",
-                  description="PAWS-X Korean paraphrase identification"))
+                  label_names={"0": "different", "1": "paraphrase"}, hub=("google-research-datasets/paws-x", "ko"),
+                  id_column="id", description="PAWS-X Korean paraphrase identification"))
 register(TaskSpec("kqp", "pair", ["question1", "question2"], "is_duplicate", labels=["0", "1"], metric="accuracy",
+                  label_names={"0": "different", "1": "duplicate"},
                   description="Korean Question Pairs (songys/Question_pair): local files only"))
 register(TaskSpec("khs", "single", ["comments"], "hate", labels=["none", "offensive", "hate"], metric="accuracy",
                   extra_metrics=["f1_macro"], hub=("kor_hate", None), hub_splits={"train": "train", "dev": "test"},
                   description="Korean HateSpeech (kocohub/korean-hate-speech), hate label"))
 # --- NSMC (shared data) --------------------------------------------------------------------------------
 register(TaskSpec("nsmc", "single", ["document"], "label", labels=["0", "1"], metric="accuracy", id_column="id",
-                  hub=("e9t/nsmc", None), hub_splits={"train": "train", "test": "test"},
-                  description="Naver Sentiment Movie Corpus: TSV id document label (0/1)"))
+                  label_names={"0": "negative", "1": "positive"}, hub=("e9t/nsmc", None),
+                  hub_splits={"train": "train", "test": "test"}, description="Naver Sentiment Movie Corpus: TSV id document label"))
 # --- KLUE (Language Chameleon; KLUE-RE in the Korean XPT paper) -------------------------------------
 register(TaskSpec("klue-ynat", "single", ["title"], "label",
                   labels=["IT과학", "경제", "사회", "생활문화", "세계", "스포츠", "정치"], metric="f1_macro",
@@ -316,10 +328,7 @@ CONVERTERS: dict[str, Callable[[dict], dict]] = {"klue_sts": _convert_klue_sts, 
 
 
 def load_hub(spec: TaskSpec, load_dataset: Callable | None = None) -> dict[str, list[dict[str, Any]]]:
-    """`datasets.load_dataset(*spec.hub)`, ClassLabels as names, optional converter.
-
-    The download itself is UNTESTED OFFLINE (no network here); the tests pass an in-memory `DatasetDict`
-    through `load_dataset=` to check the conversion of ClassLabels, splits and converters."""
+    """`datasets.load_dataset(*spec.hub)` (or the `load_dataset` given), ClassLabels as names, optional converter."""
     if load_dataset is None:
         from datasets import load_dataset
 
