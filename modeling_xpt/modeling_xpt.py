@@ -428,6 +428,8 @@ def sequence_classification_loss(logits, labels, config) -> torch.Tensor:
 
 
 class XPTForSequenceClassification(XPTPreTrainedModel):
+    """The encoder with `XPTClassificationHead`: label scores (or one regression value) per text or text pair."""
+
     def __init__(self, config: XPTConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
@@ -447,6 +449,8 @@ class XPTForSequenceClassification(XPTPreTrainedModel):
 
 
 class XPTForTokenClassification(XPTPreTrainedModel):
+    """The encoder with a linear tag classifier on each token's final state; labels of -100 carry no loss."""
+
     def __init__(self, config: XPTConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
@@ -460,15 +464,16 @@ class XPTForTokenClassification(XPTPreTrainedModel):
         outputs = self.xpt(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
                            output_hidden_states, return_dict=True)
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.view(-1, self.num_labels).float(), labels.view(-1).long(), ignore_index=-100)
+        loss = (F.cross_entropy(logits.view(-1, self.num_labels).float(), labels.view(-1).long(), ignore_index=-100)
+                if labels is not None else None)
         output = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
                                        attentions=outputs.attentions)
         return output if per_call(return_dict, self.config.return_dict) else output.to_tuple()
 
 
 class XPTForQuestionAnswering(XPTPreTrainedModel):
+    """The encoder with a linear layer scoring each token as the answer's start and end; loss: their mean CE."""
+
     def __init__(self, config: XPTConfig):
         super().__init__(config)
         self.xpt = XPTModel(config)
@@ -481,14 +486,10 @@ class XPTForQuestionAnswering(XPTPreTrainedModel):
         outputs = self.xpt(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
                            output_hidden_states, return_dict=True)
         start_logits, end_logits = (x.contiguous() for x in self.qa_outputs(outputs.last_hidden_state).unbind(-1))
-        loss = None
+        loss, ignored = None, start_logits.size(1)  # answers outside the (truncated) input: ignored, as transformers'
         if start_positions is not None and end_positions is not None:
-            # Answers outside the (truncated) input point at an ignored index, as in transformers' QA heads.
-            ignored = start_logits.size(1)
-            start = start_positions.view(-1).long().clamp(0, ignored)
-            end = end_positions.view(-1).long().clamp(0, ignored)
-            loss = (F.cross_entropy(start_logits.float(), start, ignore_index=ignored)
-                    + F.cross_entropy(end_logits.float(), end, ignore_index=ignored)) / 2
+            loss = sum(F.cross_entropy(logits.float(), at.view(-1).long().clamp(0, ignored), ignore_index=ignored)
+                       for logits, at in ((start_logits, start_positions), (end_logits, end_positions))) / 2
         output = QuestionAnsweringModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits,
                                               hidden_states=outputs.hidden_states, attentions=outputs.attentions)
         return output if per_call(return_dict, self.config.return_dict) else output.to_tuple()
