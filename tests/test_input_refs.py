@@ -285,6 +285,9 @@ def test_a_hub_dataset_with_a_copy_on_disk_is_left_to_datasets_without_network(u
     (cache_dir / NOT_CACHED.replace("/", "___")).mkdir(parents=True)
     assert inputs.uncached("data", NOT_CACHED, str(cache_dir)) is None
     assert inputs.uncached("data", NOT_CACHED, str(workdir / "other-cache")) is not None
+    (workdir / "other-cache" / "generator").mkdir(parents=True)  # what any run that read local files leaves there
+    assert inputs.uncached("data", NOT_CACHED, str(workdir / "other-cache")) is not None
+    assert inputs.uncached("data", NOT_CACHED, str(workdir / "other-cache"), streaming=True) is None  # maybe its copy
 
 
 def test_the_hub_name_check_trusts_a_proxy_and_a_resolving_name(unresolvable, monkeypatch):

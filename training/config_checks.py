@@ -170,11 +170,11 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
         raise ConfigError("resume", f"{c.resume!r} is neither 'latest' nor a checkpoint folder")
     if check_data:
         data = data_to_read(c)
-        if data != "konlpy" and (unloadable := uncached("data", data, c.datasets_cache_dir())):
+        if data != "konlpy" and (unloadable := uncached("data", data, c.datasets_cache_dir(), c.streaming)):
             raise unloadable  # at once, not after the Hub client's retries
         local_tokenizer = resolve_local(c.tokenizer) if c.tokenizer else None
         if local_tokenizer is not None and local_tokenizer.is_dir():
-            check_json_files(local_tokenizer, "tokenizer", "train it again (python -m tokenization.train_tokenizer) "
+            check_json_files(local_tokenizer, "tokenizer", "train it again (xpt-train-tokenizer) "
                              "or copy it again, and check the path")
         local_source = resolve_local(c.source) if not c.source.startswith("package:") else None
         if local_source is not None and local_source.is_dir():
@@ -246,11 +246,20 @@ def _validate_paths(c: PostTrainConfig, present: bool) -> None:
     _refuse_output_over_inputs(c, source)
 
 
+def check_output_is_a_folder(c: PostTrainConfig) -> None:
+    """`output_dir` can be a folder: neither it nor a parent of it is a file."""
+    from tokenization.folders import file_in_the_way
+
+    if blocked := file_in_the_way(c.output_dir):
+        raise ConfigError("output_dir", f"{c.output_dir} {blocked}; give a folder")
+
+
 def _refuse_output_over_inputs(c: PostTrainConfig, source: str) -> None:
     """The output folder must not be, contain or lie inside a folder the run reads (the English source,
     the tokenizer, the data): saving would overwrite or mix with them."""
     from tokenization.folders import overlapping
 
+    check_output_is_a_folder(c)
     for name, value in (("source", source), ("tokenizer", c.tokenizer), ("data", c.data)):
         local = resolve_local(value) if value else None
         if local is not None and overlapping(c.output_dir, local):

@@ -145,24 +145,25 @@ def reading_from_hub(field: str, value: str):
 HUB_FILES = {"source": ("config.json",), "model": ("config.json",), "tokenizer": ("tokenizer_config.json", "tokenizer.json")}
 
 
-def dataset_on_disk(repo_id: str, cache_dir: str | None) -> bool:
+def dataset_on_disk(repo_id: str, cache_dir: str | None, streaming: bool = False) -> bool:
     """Anything of the Hub dataset `repo_id` on disk from which `datasets` may load it without the Hub: its files in
-    the Hub cache, its prepared copy under `cache_dir` (datasets names it ``org___name``), or a streamed copy there."""
+    the Hub cache, its prepared copy under `cache_dir` (datasets names it ``org___name``), or, for a streamed read,
+    any streamed copy there (whose folder does not name the dataset: possibly this one's)."""
     from huggingface_hub import constants
 
     places = [Path(constants.HF_HUB_CACHE) / f"datasets--{repo_id.replace('/', '--')}"]
     if cache_dir:
-        places += [Path(cache_dir) / repo_id.replace("/", "___"), Path(cache_dir) / "generator"]
+        places += [Path(cache_dir) / repo_id.replace("/", "___")] + ([Path(cache_dir) / "generator"] if streaming else [])
     return any(place.exists() for place in places)
 
 
-def uncached(field: str, value: str | None, cache_dir: str | None = None) -> ConfigError | None:
+def uncached(field: str, value: str | None, cache_dir: str | None = None, streaming: bool = False) -> ConfigError | None:
     """A Hub id (`field` source, model or tokenizer; or data, with datasets' `cache_dir`) none of whose files is on
     disk, in offline mode or where the Hub's name does not resolve (`hub_resolves`), cannot load: the one line that
     says so (a run refuses it at once, a dry run notes it); else None."""
     if not (value and looks_like_hub_id(value)):
         return None
-    if dataset_on_disk(value, cache_dir) if field == "data" else in_hub_cache(value, HUB_FILES[field]):
+    if dataset_on_disk(value, cache_dir, streaming) if field == "data" else in_hub_cache(value, HUB_FILES[field]):
         return None
     if hub_offline() or not hub_resolves():
         return hub_unreachable(field, value)

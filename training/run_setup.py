@@ -133,11 +133,11 @@ def dry_run(config: PostTrainConfig) -> None:
     print(describe_speed(resolve_speed(config, device), device))
     if missing_data(config):
         print(f"note: data {config.data!r} is not on this machine; training needs it (prepare it with "
-              "`python -m tokenization.prepare_corpus --input ... --out ...`)")
+              "`xpt-prepare-corpus --input ... --out ...`)")
     data = data_to_read(config)
     for field, value in (("source", config.source), ("tokenizer", config.tokenizer),
                          ("data", None if data == "konlpy" else data)):
-        if unloadable := uncached(field, value, config.datasets_cache_dir()):
+        if unloadable := uncached(field, value, config.datasets_cache_dir(), config.streaming):
             print(f"note: {unloadable.message}; training needs it")
     print("dry run: configuration valid; nothing downloaded, nothing trained")
 
