@@ -160,6 +160,22 @@ def test_streaming_reads_only_what_is_needed(tmp_path):
     assert {t for split in again.values() for t in split["text"]} == {f"새 문장 {i}" for i in range(50)}
 
 
+@pytest.mark.parametrize("name", ["kofile", "kofile.dat", "kofile.dat.gz"])
+def test_a_file_named_as_data_is_read_as_text_whatever_its_suffix(tmp_path, name):
+    """As the corpus and tokenizer commands read it: one text per line (a folder's files still need a known suffix)."""
+    import gzip
+
+    from tokenization.corpus_io import Utf8Counter, iter_file_texts
+
+    texts = [f"한국어 문장 {i}번" for i in range(30)]
+    blob = ("\n".join(texts) + "\n").encode("utf-8")
+    (tmp_path / name).write_bytes(gzip.compress(blob) if name.endswith(".gz") else blob)
+    splits = load_text_splits(str(tmp_path / name), valid_size=3, test_size=2, cache_dir=str(tmp_path / ".hf"))
+    assert {k: len(v) for k, v in splits.items()} == {"train": 25, "valid": 3, "test": 2}
+    assert sorted(t for split in splits.values() for t in split["text"]) == sorted(texts)
+    assert sorted(iter_file_texts(tmp_path / name, Utf8Counter(), "text")) == sorted(texts)
+
+
 @pytest.mark.parametrize("case", ["empty file", "cp949 file", "truncated gzip", "empty folder", "binary file"])
 def test_unreadable_data_is_one_line_naming_the_input(tiny, tmp_path, capsys, case):
     import gzip

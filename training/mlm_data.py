@@ -84,7 +84,7 @@ def _is_saved_dataset(path: Path) -> bool:
 def _load_files(files: list[Path], text_column: str, cache_dir: str | None):
     import datasets
 
-    builders = {_builder(f) for f in files}
+    builders = {_builder(f) or "lines" for f in files}  # a file named as data is text, as the tokenizer commands read it
     if len(builders) != 1:
         raise ValueError(f"data files of mixed formats {sorted(map(str, builders))}: {files[:5]}")
     builder = builders.pop()
