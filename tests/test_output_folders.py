@@ -84,6 +84,26 @@ def test_post_training_never_mixes_into_or_deletes_files_that_are_no_run_s(kind,
         assert snapshot(folder) == before
 
 
+@pytest.mark.parametrize("command", ["post_train", "dry_run", "prepare_corpus"])
+@pytest.mark.parametrize("under", [False, True])
+def test_an_output_folder_where_a_file_is_is_one_line(command, under, tiny, tmp_path, capsys):
+    """--output-dir (--out) naming a file, or a path under one: one line naming both, the file untouched."""
+    from tokenization import prepare_corpus
+    from tokenization.errors import run_cli
+
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("mine\n")
+    out = blocker / "run" if under else blocker
+    if command == "prepare_corpus":
+        rc = run_cli(prepare_corpus.main, ["--input", str(tiny["corpus"]), "--out", str(out)])
+    else:
+        rc = post_train.main(run_args(tiny, out) + (["--dry-run"] if command == "dry_run" else []))
+    line = one_line(capsys)
+    assert rc == 2 and str(out) in line and line.endswith("; give a folder")
+    assert (f"lies under {blocker}, which is a file" if under else f"{out} is a file") in line
+    assert blocker.read_text() == "mine\n"
+
+
 def test_a_folder_a_run_left_before_its_first_checkpoint_is_trained_in_again(tiny, tmp_path, capsys):
     """Lock, loss log, trained tokenizer, half-written files: a run stopped before its first checkpoint."""
     out = tmp_path / "crashed"

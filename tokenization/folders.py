@@ -42,6 +42,17 @@ def other_files(folder, ours: Callable[[Path], bool]) -> str:
     return ", ".join(names[:3] if more else names) + more
 
 
+def file_in_the_way(out) -> str | None:
+    """Why no folder can be made at `out` when it, or the nearest of its parents that exists, is a file; else None."""
+    path = Path(out).expanduser().absolute()
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            if candidate.is_dir():
+                return None
+            return "is a file" if candidate == path else f"lies under {candidate}, which is a file"
+    return None
+
+
 def check_output_folder(out, *, overwrite: bool, reads: Iterable = (), flag: str = "output",
                         ours: Callable[[Path], bool] | None = None) -> None:
     """Before a command writes `out` (named `flag` in messages): refuse a folder that is, contains or lies
@@ -60,8 +71,8 @@ def check_output_folder(out, *, overwrite: bool, reads: Iterable = (), flag: str
         if local is not None and overlapping(out, local):
             raise UserError(f"{flag} {out} overlaps the input {read}: the command would write into what it "
                              "reads; choose another output folder")
-    if target.is_file():
-        raise UserError(f"{flag} {out} is a file; give a folder")
+    if blocked := file_in_the_way(out):
+        raise UserError(f"{flag} {out} {blocked}; give a folder")
     others = other_files(target, ours or (lambda path: False))
     if others:
         if not overwrite:

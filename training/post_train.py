@@ -63,7 +63,7 @@ from tokenization.folders import write_text_atomic
 from training.checkpointing import (DiskFull, FolderInUse, folder_lock, out_of_space_advice, read_state,
                                     resume_advice, save_checkpoint)
 from training.config import PhaseConfig, PostTrainConfig, describe_batch, flat_hparams, load_config
-from training.config_checks import data_to_read
+from training.config_checks import check_output_is_a_folder, data_to_read
 from training.inputs import check_families, recorded_ref, resolve_local, resolve_source, source_family
 from training.intrinsic import evaluate, frequency_baseline, init_output_bias, unigram_log_probs
 from training.masked_lm import MaskedLMTraining, set_dropout, use_speed_paths
@@ -158,6 +158,7 @@ class Run:
 def train(config: PostTrainConfig, on_step_end: Callable[[RunState], None] | None = None) -> RunRecord:
     """One post-training run into `config.output_dir`, which no other run may write to meanwhile.
     `on_step_end(state)` runs after every optimiser step, once its logging, evaluation and checkpoint are done."""
+    check_output_is_a_folder(config)  # before the lock makes the folder
     try:
         with folder_lock(config.output_dir, enabled=int(os.environ.get("RANK", "0")) == 0):
             return run_post_training(config, on_step_end)
