@@ -2,7 +2,7 @@
 before it wrote, and what a user then sees and loads is true.
 
 The commands are read from README.md (the ```bash block under "## Step by step": the lines running
-`xpt-prepare-corpus`, `xpt-train-tokenizer`, `xpt-convert` and `training/post_train.py`), so an edit there that breaks the chain fails here. Only the input (a
+`xpt-prepare-corpus`, `xpt-train-tokenizer`, `xpt-convert` and `training.post_train`), so an edit there that breaks the chain fails here. Only the input (a
 small Korean text file written here), the English source (a tiny random RoBERTa), sizes, steps
 and the output root (a temporary folder, the working directory of every command) are replaced;
 `configs/xpt-ko-4m.yaml` is used as shipped and must read the folders that steps 1 and 2 write.
@@ -103,8 +103,8 @@ def chain(tmp_path_factory):
     prepare = step(commands, ".venv/bin/xpt-prepare-corpus")
     train_tok = step(commands, ".venv/bin/xpt-train-tokenizer")
     convert = step(commands, ".venv/bin/xpt-convert")
-    post = next((c for c in commands if "training/post_train.py" in c), None)
-    assert post, "README.md step by step: no training/post_train.py command"
+    post = next((c for c in commands if "training.post_train" in c), None)
+    assert post, "README.md step by step: no training.post_train command"
 
     text = root / "ko.txt"
     korean_text(text)
