@@ -36,6 +36,7 @@ from transformers import logging as transformers_logging
 from .configuration_xpt import SUPPORTED_SOURCE_FAMILIES, XPTConfig
 from .modeling_xpt import XPTForMaskedLM
 from .parameter_groups import parameter_group_of
+from .tokenizer_files import recorded_language
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ def from_source(
         if getattr(tokenizer, f"{role}_id") is None:
             raise ValueError(
                 f"The target tokenizer has no {role}; XPT needs one for MLM. Train it with "
-                "`python -m tokenization.train_tokenizer` or add it with tokenizer.add_special_tokens()."
+                "`xpt-train-tokenizer` or add it with tokenizer.add_special_tokens()."
             )
     local_config = _local_config(source)
     if "model_type" in local_config:  # an XPT model, or an architecture XPT does not convert: before its weights load
@@ -124,6 +125,7 @@ def from_source(
         bos_token_id=tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id,
         eos_token_id=tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id,
         attn_implementation=attn_implementation,
+        language=recorded_language(getattr(tokenizer, "name_or_path", None)),  # what the tokenizer's training recorded
     )
     model = XPTForMaskedLM(config)
     report = {"source": config.source_name_or_path, "family": family, "scratch": scratch,

@@ -186,6 +186,16 @@ def test_fvt_init_averages_the_source_pieces_of_each_token(source, tok, family):
 
 
 
+def test_the_tokenizer_folders_recorded_language_goes_into_the_config(source, tok, tmp_path):
+    """As `xpt-convert` records it: from a tokenizer folder that xpt-train-tokenizer wrote (its training_info.json),
+    given as a path or loaded; a tokenizer without that record leaves the language unset."""
+    tok.save_pretrained(tmp_path / "tok")
+    assert from_source(source, str(tmp_path / "tok")).config.language is None
+    (tmp_path / "tok" / "training_info.json").write_text(json.dumps({"language": "ko"}))
+    assert from_source(source, str(tmp_path / "tok")).config.language == "ko"
+    assert from_source(source, AutoTokenizer.from_pretrained(tmp_path / "tok")).config.language == "ko"
+
+
 def test_scratch_has_same_shapes_and_no_copied_weights(source, tok, family):
     scratch = from_source(source, tok, scratch=True)
     xpt = from_source(source, tok)
