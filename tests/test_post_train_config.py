@@ -240,3 +240,15 @@ def test_warmup_is_capped_at_the_phase_for_every_method(method):
     phases = c.resolved_phases()
     assert sum(p.steps for p in phases) == 600 and all(p.warmup_steps == p.steps for p in phases)
     validate_config(c, check_data=False)  # the schedule alone: a plan, as offline as the rest of this file
+
+
+def test_every_mistyped_field_is_named_with_the_field_it_resembles():
+    """All at once, not one per run: a config with three unknown fields names the three, with a guess where one is close."""
+    with pytest.raises(ConfigError) as raised:
+        config_from_dict({"lerning_rate": 1e-4, "train_step": 5, "zzzq": 1, "seed": 3})
+    assert raised.value.field == "lerning_rate"
+    assert raised.value.message.startswith("unknown fields lerning_rate (did you mean learning_rate?), train_step (did "
+                                           "you mean train_steps?), zzzq; known fields: ")
+    with pytest.raises(ConfigError) as raised:
+        config_from_dict({"phases": [{"name": "p1", "step": 5}]})
+    assert raised.value.field == "phases[0].step" and "unknown field step (did you mean steps?)" in raised.value.message

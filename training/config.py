@@ -307,15 +307,27 @@ def _coerce(name: str, value, hint):
     raise ConfigError(name, f"expected {' or '.join(names)}, got {value!r}")
 
 
+def unknown_fields(given, known, where: str = "") -> ConfigError | None:
+    """Every field of `given` that is not in `known`, each with the known field it most resembles, in one line."""
+    import difflib
+
+    unknown = sorted(set(given) - set(known))
+    if not unknown:
+        return None
+    guesses = [f"{name} (did you mean {close[0]}?)" if (close := difflib.get_close_matches(name, known, n=1)) else name
+               for name in unknown]
+    return ConfigError(f"{where}{unknown[0]}", f"unknown field{'s' * (len(unknown) > 1)} {', '.join(guesses)}; known "
+                       f"fields: {', '.join(sorted(known))}")
+
+
 def _phase_from_dict(index: int, raw) -> PhaseConfig:
     if isinstance(raw, PhaseConfig):
         return raw
     if not isinstance(raw, dict):
         raise ConfigError(f"phases[{index}]", f"expected a mapping, got {raw!r}")
     known = {f.name for f in dataclasses.fields(PhaseConfig)}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise ConfigError(f"phases[{index}].{unknown[0]}", f"unknown phase field; known: {sorted(known)}")
+    if error := unknown_fields(raw, known, f"phases[{index}]."):
+        raise error
     if "name" not in raw:
         raise ConfigError(f"phases[{index}].name", "every phase needs a name")
     values = {k: _coerce(f"phases[{index}].{k}", v, _PHASE_HINTS[k]) for k, v in raw.items()}
@@ -323,9 +335,8 @@ def _phase_from_dict(index: int, raw) -> PhaseConfig:
 
 
 def config_from_dict(raw: dict) -> PostTrainConfig:
-    unknown = sorted(set(raw) - set(FIELDS))
-    if unknown:
-        raise ConfigError(unknown[0], f"unknown field; known fields: {', '.join(sorted(FIELDS))}")
+    if error := unknown_fields(raw, FIELDS):
+        raise error
     values = {}
     for name, value in raw.items():
         if name == "phases":
