@@ -114,7 +114,8 @@ class PostTrainConfig:
     max_eval_sentences: int | None = arg(5000, "cap valid/test for evaluation cost")
     max_seq_length: int = arg(128, "tokens per packed row (sentences longer than this are cut into consecutive chunks)")
     packing: bool = arg(True, "pack sentences into full rows (block attention); False: pad with length grouping")
-    cache_dir: str = arg(".cache/xpt-data", "tokenised + packed splits, keyed by data/tokenizer/length")
+    cache_dir: str = arg(".cache/xpt-data", "tokenised + packed splits, keyed by data/tokenizer/length, and "
+                                         "datasets' copy of the text read (hf/); safe to delete")
     # --- masking -----------------------------------------------------------------------------
     mlm_probability: float = arg(0.15, "share of the real non-special tokens selected for MLM (exact count per row)")
     mask_replace_prob: float = arg(0.8, "of the selected tokens: [MASK]")
