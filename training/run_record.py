@@ -156,7 +156,7 @@ class RunRecord:
         path = Path(folder) / SUMMARY_FILE
         if not path.is_file():
             raise RecordError(f"{folder} has no {SUMMARY_FILE}: not a post-trained model folder "
-                              "(post-train it with training/post_train.py)")
+                              "(post-train it with xpt-post-train)")
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
