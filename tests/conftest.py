@@ -97,3 +97,23 @@ def tiny(tmp_path_factory):
     out["corpus"] = corpus
     out["cache"] = root / "cache"
     return out
+
+
+@pytest.fixture
+def unresolvable(monkeypatch, tmp_path) -> Path:
+    """No offline mode, but the Hub's name does not resolve (no network, no proxy), over an empty Hub cache
+    (returned)."""
+    import socket
+
+    from huggingface_hub import constants
+
+    for name in ("HF_HUB_OFFLINE", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-hub-cache"))
+
+    def no_name(host, *args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_name)
+    return tmp_path / "empty-hub-cache"

@@ -220,24 +220,6 @@ def test_a_hub_id_the_hub_does_not_have_is_one_line_naming_the_field(tiny, workd
 
 
 
-@pytest.fixture
-def unresolvable(monkeypatch, workdir):
-    """No offline mode, but the Hub's name does not resolve (no network, no proxy), over an empty Hub cache."""
-    import socket
-
-    from huggingface_hub import constants
-
-    for name in ("HF_HUB_OFFLINE", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(workdir / "empty-hub-cache"))
-
-    def no_name(host, *args, **kwargs):
-        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-
-    monkeypatch.setattr(socket, "getaddrinfo", no_name)
-
-
 @pytest.mark.parametrize("command", ["post_train", "post_train_data", "convert", "finetune"])
 def test_a_hub_id_is_refused_at_once_where_the_hubs_name_does_not_resolve(tiny, workdir, unresolvable, nothing_loaded,
                                                                          capsys, command):

@@ -504,20 +504,12 @@ def test_hf_input_streams_a_local_dataset(tmp_path):
     assert sorted(_all_sentences(out)) == sorted(["첫째 문서의 첫 문장이다.", "첫째 문서의 둘째 문장이다.", "둘째 문서의 문장이다."])
 
 
-def test_a_hub_dataset_input_without_network_is_refused_before_the_output_is_touched(tmp_path, monkeypatch, capsys):
+def test_a_hub_dataset_input_without_network_is_refused_before_the_output_is_touched(tmp_path, monkeypatch, capsys,
+                                                                                    unresolvable):
     """No offline mode, a Hub name that does not resolve: `hf:ID:CONFIG` is one line at once (not after
     huggingface_hub's retries), and an earlier corpus in --out is left as it was, even with --overwrite."""
-    import socket
-
     import datasets
 
-    def no_name(host, *args, **kwargs):
-        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-
-    for name in ("HF_HUB_OFFLINE", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(socket, "getaddrinfo", no_name)
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("streamed before refusing"))
     source = tmp_path / "ko.txt"
     source.write_text("\n".join(_many_sentences(20)) + "\n", encoding="utf-8")
@@ -843,6 +835,42 @@ def test_bpe_refuses_a_vocabulary_below_its_alphabet_as_unigram_does(korean_sent
     assert rc == 2 and "raise --vocab-size above" in err[-1] and not (tmp_path / "o" / "tokenizer.json").exists()
 
 
+def test_a_vocabulary_below_the_alphabet_states_the_minimum_under_the_callers_option(korean_sentences, tmp_path,
+                                                                                    capsys):
+    """Unigram states the minimum as BPE does, from the CLI (which reads its corpus again for the count) and from a
+    list of texts; post-training names its own option, `--tokenizer-vocab-size`, instead of `--vocab-size`."""
+    from tokenization import train_tokenizer as tt
+
+    n_chars = len(set("".join(korean_sentences).replace(" ", ""))) + 1  # + the word-start marker ▁
+    with pytest.raises(InputError, match=rf"the {n_chars} distinct characters .* raise --vocab-size to at least "
+                                         rf"{n_chars + 5}$"):
+        train_tokenizer(korean_sentences, 50)
+    for model, minimum in (("unigram", f"to at least {n_chars + 5}"), ("bpe", f"above {n_chars + 5}")):
+        with pytest.raises(InputError) as refused:
+            train_tokenizer(korean_sentences, 50, model=model, vocab_flag="--tokenizer-vocab-size")
+        assert str(refused.value).endswith(f"raise --tokenizer-vocab-size {minimum}") and " --vocab-size" not in str(
+            refused.value)
+    with pytest.raises(InputError, match="special tokens; raise --tokenizer-vocab-size$"):
+        train_tokenizer(korean_sentences, 5, vocab_flag="--tokenizer-vocab-size")
+    f = tmp_path / "ko.txt"
+    f.write_text("\n".join(korean_sentences) + "\n", encoding="utf-8")
+    assert run_cli(tt.main, ["--corpus", str(f), "--vocab-size", "50", "--out", str(tmp_path / "o"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: vocab size 50 is smaller than the") and err[-1].endswith(
+        f"raise --vocab-size to at least {n_chars + 5}")
+
+
+def test_the_cli_says_once_that_the_text_supports_fewer_pieces(korean_sentences, caplog, tmp_path, capsys):
+    from tokenization import train_tokenizer as tt
+
+    f = tmp_path / "tiny.txt"
+    f.write_text("\n".join(korean_sentences) + "\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        rc = run_cli(tt.main, ["--corpus", str(f), "--vocab-size", "1000", "--out", str(tmp_path / "o"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and (caplog.text + err).count("supports only") == 1 and "error: " in err
+
+
 def test_nfkc_turns_compatibility_jamo_into_conjoining_jamo_and_nfc_keeps_them(capsys):
     from tokenization import train_tokenizer as tt
 
@@ -949,7 +977,7 @@ def test_an_interrupted_prepare_is_rerun_by_the_command_its_error_names(tmp_path
     assert (out / COMPLETE_MARKER).exists() and sum(1 for _ in iter_corpus(out, "train")) == 50
     # any other unfinished state: the error names the command that re-runs it, and that command works
     (out / COMPLETE_MARKER).unlink()
-    with pytest.raises(InputError, match=r"did not finish.*re-run `python -m tokenization.prepare_corpus \.\.\. --out "
+    with pytest.raises(InputError, match=r"did not finish.*re-run `(python -m tokenization.prepare_corpus|xpt-prepare-corpus) \.\.\. --out "
                                          f"{out} --overwrite`"):
         corpus_files(out)
     assert run_cli(pc.main, ["--input", str(f), "--out", str(out), "--no-progress", "--overwrite"]) == 0
@@ -980,3 +1008,15 @@ def test_a_split_size_that_is_not_finite_is_one_line(value, tmp_path, capsys):
     assert run_cli(pc.main, ["--input", str(f), "--out", str(tmp_path / "out"), f"--valid={value}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: --valid {value}: give a finite") and not (tmp_path / "out").exists()
+
+
+def test_prepare_corpus_shows_what_it_dropped_and_an_empty_held_out_split(tmp_path, capsys):
+    """The drop counts of stats.json on the screen, and a note where --valid/--test drew nothing from a tiny input."""
+    text = tmp_path / "ko.txt"
+    text.write_text("\n".join(_many_sentences(3) + _many_sentences(1) + ["짧다."]) + "\n", encoding="utf-8")
+    assert run_cli(pc.main, ["--input", str(text), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    stats = json.loads((tmp_path / "out" / "stats.json").read_text(encoding="utf-8"))
+    assert stats["sentences_dropped"]["duplicate"] == 1 and stats["sentences_dropped"]["too_short"] == 1
+    assert "dropped: too short 1, duplicate 1" in out
+    assert out[-1] == "note: --valid 0.02 and --test 0.02 drew no sentence from so few; post-training holds its own out of train"

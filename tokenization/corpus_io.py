@@ -292,7 +292,7 @@ def folder_splits(folder: Path, accepts: Callable[[Path], object] = is_text_file
     """
     if unfinished_preparation(folder):
         raise InputError(f"{folder}: corpus preparation did not finish (it has {BUILD_DIR}/ or {STATS_FILE} but no "
-                         f"{COMPLETE_MARKER} marker); re-run `python -m tokenization.prepare_corpus ... --out {folder} "
+                         f"{COMPLETE_MARKER} marker); re-run `xpt-prepare-corpus ... --out {folder} "
                          "--overwrite`")
     named = {split: paths for split in SPLITS if (paths := _named_split(folder, split, accepts))}
     if "train" in named:
@@ -315,7 +315,7 @@ def corpus_split(path: str | Path, split: str = "train") -> tuple[list[Path], st
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file or folder (give a prepared corpus folder from "
-                         f"`python -m tokenization.prepare_corpus` or a .txt/.jsonl[.gz] file)")
+                         f"`xpt-prepare-corpus` or a .txt/.jsonl[.gz] file)")
     if path.is_file():
         return [path], None
     splits = folder_splits(path)

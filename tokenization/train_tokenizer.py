@@ -1,6 +1,6 @@
 """Train a Korean tokenizer with the ``tokenizers`` library and save it as a standard fast tokenizer.
 
-    python -m tokenization.train_tokenizer --corpus DIR_OR_FILE --vocab-size 50000 --family roberta --out DIR
+    xpt-train-tokenizer --corpus DIR_OR_FILE --vocab-size 50000 --family roberta --out DIR
 
 Design
 ------
@@ -53,6 +53,7 @@ and learn no merge at all).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import time
@@ -199,6 +200,8 @@ def train_tokenizer(
     model: str = "unigram",
     normalizer: str = "nfkc",
     model_max_length: int = 512,
+    *,
+    vocab_flag: str = "--vocab-size",
 ) -> PreTrainedTokenizerFast:
     """Train a tokenizer on ``texts`` (streamed once) and return it as a transformers fast tokenizer.
 
@@ -206,18 +209,31 @@ def train_tokenizer(
     is given the tokenizer is saved there (``AutoTokenizer.from_pretrained(out_dir)`` loads it).
     If the text supports fewer than ``vocab_size`` pieces the returned vocabulary is smaller
     (a warning is logged). Raises :class:`InputError` for no text at all, an unknown family,
-    model or normaliser, or a ``vocab_size`` below the number of distinct characters.
+    model or normaliser, or a ``vocab_size`` below the number of distinct characters; its message names
+    ``vocab_flag``, the option or field that set ``vocab_size`` (post-training: ``--tokenizer-vocab-size``).
     """
-    return _train(texts, vocab_size, family, out_dir, model, normalizer, model_max_length)
+    return _train(texts, vocab_size, family, out_dir, model, normalizer, model_max_length, vocab_flag=vocab_flag)
+
+
+def _alphabet_size(texts: Iterable[str], tok: Tokenizer) -> int:
+    """The distinct characters of `texts` as the trainer counts them: normalised, spaces as the "▁" marker."""
+    chars = {"▁"}
+    for t in texts:
+        if t and not t.isspace():
+            chars.update((tok.normalizer.normalize_str(t) if tok.normalizer else t).replace(" ", "▁"))
+    return len(chars)
 
 
 def _train(texts, vocab_size, family, out_dir, model, normalizer, model_max_length,
-           show_progress: bool = False, length: int | None = None) -> PreTrainedTokenizerFast:
+           show_progress: bool = False, length: int | None = None, vocab_flag: str = "--vocab-size",
+           reread=None, warn_small: bool = True) -> PreTrainedTokenizerFast:
+    """`reread`: a function giving the texts again, to count their characters for an error message when
+    `texts` can be read only once; `warn_small`: log a vocabulary smaller than asked for (the CLI refuses it)."""
     if family not in FAMILIES:
         raise InputError(f"family {family!r} unknown: choose one of {', '.join(FAMILIES)}")
     if vocab_size <= len(FAMILIES[family]["order"]):
         raise InputError(f"vocab size {vocab_size} is too small: it must exceed the "
-                         f"{len(FAMILIES[family]['order'])} special tokens")
+                         f"{len(FAMILIES[family]['order'])} special tokens; raise {vocab_flag}")
     fam = FAMILIES[family]
     order = fam["order"]
     unk, mask = fam["attrs"]["unk_token"], fam["attrs"]["mask_token"]
@@ -232,10 +248,16 @@ def _train(texts, vocab_size, family, out_dir, model, normalizer, model_max_leng
     try:
         tok.train_from_iterator(_non_empty(texts, seen), trainer=trainer, length=length)
     except Exception as e:  # the Rust trainer raises a bare Exception
-        if "not large enough to contain all chars" in str(e):
-            raise InputError(f"vocab size {vocab_size} is smaller than the number of distinct characters in "
-                             f"the corpus plus {len(order)} special tokens; raise --vocab-size") from None
-        raise
+        if "not large enough to contain all chars" not in str(e):
+            raise
+        again = reread() if reread is not None else None if isinstance(texts, Iterator) else texts
+        if again is None:
+            raise InputError(f"vocab size {vocab_size} is smaller than the number of distinct characters in the "
+                             f"corpus plus {len(order)} special tokens; raise {vocab_flag}") from None
+        n_chars = _alphabet_size(again, tok)
+        raise InputError(f"vocab size {vocab_size} is smaller than the {n_chars} distinct characters in the corpus "
+                         f"plus {len(order)} special tokens; raise {vocab_flag} to at least {n_chars + len(order)}"
+                         ) from None
     if seen[0] == 0:
         raise InputError("no text to train on: the corpus is empty (check the input or the split)")
     if model == "unigram":
@@ -243,12 +265,12 @@ def _train(texts, vocab_size, family, out_dir, model, normalizer, model_max_leng
     elif tok.get_vocab_size() > vocab_size:  # BPE keeps every character, then merges only up to vocab_size
         raise InputError(f"vocab size {vocab_size} is smaller than the {tok.get_vocab_size() - len(order)} distinct "
                          f"characters in the corpus plus {len(order)} special tokens, so BPE would learn no merge; "
-                         f"raise --vocab-size above {tok.get_vocab_size()}")
+                         f"raise {vocab_flag} above {tok.get_vocab_size()}")
     vocab = tok.get_vocab()
     for i, t in enumerate(order):  # the trainers put special tokens first, in order
         if vocab.get(t) != i:
             raise RuntimeError(f"special token {t!r} got id {vocab.get(t)}, expected {i}")
-    if tok.get_vocab_size() < vocab_size:
+    if tok.get_vocab_size() < vocab_size and warn_small:
         logger.warning("the text supports only %d pieces; vocabulary is %d, not the requested %d",
                        tok.get_vocab_size(), tok.get_vocab_size(), vocab_size)
     tok.post_processor = processors.TemplateProcessing(
@@ -300,10 +322,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     bad = Utf8Counter()
     files, split = corpus_split(args.corpus, args.split)  # split None: a file or a folder without splits, read whole
-    texts: Iterable[str] = iter_texts(files, bad, args.text_field)
-    if args.max_texts > 0:
-        import itertools
-        texts = itertools.islice(texts, args.max_texts)
+
+    def read(counter: Utf8Counter) -> Iterable[str]:
+        texts = iter_texts(files, counter, args.text_field)
+        return itertools.islice(texts, args.max_texts) if args.max_texts > 0 else texts
+
+    texts = read(bad)
     counted = [0, 0]
 
     def counting(it: Iterable[str]) -> Iterator[str]:
@@ -323,7 +347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.max_texts > 0 and length:
         length = min(length, args.max_texts)
     tok = _train(counting(texts), args.vocab_size, args.family, None, args.model, args.normalizer,
-                 args.model_max_length, show_progress=not args.no_progress, length=length)
+                 args.model_max_length, show_progress=not args.no_progress, length=length,
+                 reread=lambda: read(Utf8Counter()), warn_small=False)  # a smaller vocabulary is refused below
     dt = time.perf_counter() - t0
     bad.warn()
     if len(tok) < args.vocab_size:

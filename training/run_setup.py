@@ -56,7 +56,8 @@ def get_tokenizer(config: PostTrainConfig, output_dir: Path, splits, source_fam:
         log(f"training a {source_fam or 'roberta'} tokenizer (vocab {config.tokenizer_vocab_size}) on {n} train sentences")
         texts = splits["train"].select(range(n))["text"]
         tmp = output_dir / ".tmp-tokenizer"
-        train_tokenizer(texts, config.tokenizer_vocab_size, family=source_fam or "roberta", out_dir=str(tmp))
+        train_tokenizer(texts, config.tokenizer_vocab_size, family=source_fam or "roberta", out_dir=str(tmp),
+                        vocab_flag="--tokenizer-vocab-size")
         shutil.rmtree(trained, ignore_errors=True)
         os.replace(tmp, trained)
     accelerator.wait_for_everyone()

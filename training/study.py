@@ -139,7 +139,8 @@ def stage_tokenizer(spec: StudySpec, out: Path, data: Path) -> Path:
     tmp = out / ".tmp-tokenizer"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        train_tokenizer(texts, spec.tokenizer_vocab_size, family=family, out_dir=str(tmp), model=spec.tokenizer_model)
+        train_tokenizer(texts, spec.tokenizer_vocab_size, family=family, out_dir=str(tmp), model=spec.tokenizer_model,
+                        vocab_flag="the spec's tokenizer_vocab_size")
     except InputError as error:
         raise StudyError(f"tokenizer: {error}") from None
     commit(tmp, folder, {"sentences": len(texts), "family": family})
