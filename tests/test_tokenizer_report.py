@@ -5,7 +5,6 @@ CPU and fast: one tiny tokenizer trained on a few dozen hand-written sentences, 
 from __future__ import annotations
 
 import json
-import socket
 import time
 from pathlib import Path
 
