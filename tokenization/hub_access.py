@@ -31,3 +31,15 @@ def hub_resolves() -> bool:
     except (socket.gaierror, UnicodeError):
         return False
     return True
+
+
+def in_hub_cache(repo_id: str, filenames: tuple[str, ...]) -> bool:
+    """Whether one of `filenames` of the Hub model repo is in the local Hub cache (read from disk, no network);
+    False for a name that is no valid repo id."""
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        return any(isinstance(try_to_load_from_cache(repo_id, name), str) for name in filenames)
+    except HFValidationError:
+        return False

