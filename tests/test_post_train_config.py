@@ -227,6 +227,18 @@ def test_max_steps_scales_every_phase():
     assert [p.steps for p in phases] == [4, 6] and all(p.warmup_steps <= p.steps for p in phases)
 
 
+def test_max_steps_below_the_number_of_phases_is_refused():
+    """Every phase keeps a step, so `--max-steps 1` with XPT's two phases would run 2: refused, naming the least.
+    One step is enough for a one-phase method."""
+    c = config_from_dict({"data": "x", "train_steps": 100, "phase1_steps": 40, "max_steps": 1})
+    with pytest.raises(ConfigError, match=r"1 is fewer than the 2 phases \(phase1, phase2\).*max_steps 2 or more"):
+        validate_config(c, check_data=False)
+    validate_config(dataclasses.replace(c, max_steps=2), check_data=False)
+    scratch = dataclasses.replace(c, method="scratch")
+    validate_config(scratch, check_data=False)
+    assert [p.steps for p in scratch.resolved_phases()] == [1]
+
+
 def test_the_default_schedule_decays_in_both_phases():
     """The default warmup is a tenth of the default phases: the learning rate peaks and then decays in each."""
     phases = config_from_dict({"data": "x"}).resolved_phases()

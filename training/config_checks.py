@@ -159,7 +159,12 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
         if ignored:
             raise ConfigError(ignored[0], f"{', '.join(ignored)} set beside `phases`, which define the schedule: "
                               "set steps, learning_rate, warmup_steps, schedule and early_stopping_patience in each phase")
-    for i, phase in enumerate(c.resolved_phases()):
+    phases = c.resolved_phases()
+    if c.max_steps is not None and c.max_steps < len(phases):  # each phase keeps a step: fewer would not be obeyed
+        raise ConfigError("max_steps", f"{c.max_steps} is fewer than the {len(phases)} phases "
+                          f"({', '.join(p.name for p in phases)}), each of which runs at least one step; "
+                          f"use max_steps {len(phases)} or more")
+    for i, phase in enumerate(phases):
         _validate_phase(i, phase)
     if not c.data:
         raise ConfigError("data", "no training data given")
