@@ -860,6 +860,26 @@ def test_a_vocabulary_below_the_alphabet_states_the_minimum_under_the_callers_op
         f"raise --vocab-size to at least {n_chars + 5}")
 
 
+def test_a_unigram_vocabulary_far_below_the_alphabet_is_refused_instead_of_training_forever():
+    """tokenizers' Unigram trainer never ends when more than 1.1x the vocabulary are single characters (it never
+    prunes one): 8 characters for a vocabulary of 8 is refused as soon as the text is read, from a list and from
+    a stream alike. Run in a child process so that a trainer that loops forever fails the test, not the suite."""
+    code = ("from tokenization.errors import InputError\n"
+            "from tokenization.train_tokenizer import train_tokenizer\n"
+            "for texts in (['가나다 라마 바사'] * 3, iter(['가나다 라마 바사'] * 3)):\n"
+            "    try:\n"
+            "        train_tokenizer(texts, 8, family='bert')\n"
+            "    except InputError as e:\n"
+            "        print(e)\n"
+            "print(len(train_tokenizer(['가나다 라마 바사'] * 3, 9, family='bert')))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    refusal = ("vocab size 8 is smaller than the 8 distinct characters in the corpus plus 5 special tokens; "
+               "raise --vocab-size to at least 13")
+    assert done.stdout.splitlines() == [refusal, refusal, "13"]  # 9 trains: the trainer keeps every character
+
+
 def test_the_cli_says_once_that_the_text_supports_fewer_pieces(korean_sentences, caplog, tmp_path, capsys):
     from tokenization import train_tokenizer as tt
 

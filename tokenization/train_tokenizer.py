@@ -48,7 +48,8 @@ end slightly *above* ``vocab_size`` on small data, because the trainer keeps eve
 the text as a piece (e.g. 132 for 120 on 44 sentences); use ``len(tok)``, not the request. A ``vocab_size`` smaller
 than the number of distinct characters (+ special tokens) raises ``InputError`` (a
 ``ValueError``-like user error), for Unigram and BPE alike (BPE's trainer would keep every character
-and learn no merge at all).
+and learn no merge at all; Unigram's would never end where the characters exceed the vocabulary by
+a tenth, so that case is refused as soon as the text is read).
 """
 from __future__ import annotations
 
@@ -185,11 +186,18 @@ def _unseen_chars_in_order(pieces: list) -> list:
     return [pc for i, pc in enumerate(pieces) if i not in members] + [[c, sc] for c, sc in zip(chars, scores)]
 
 
-def _non_empty(texts: Iterable[str], seen: list[int]) -> Iterator[str]:
+def _non_empty(texts: Iterable[str], seen: list[int], at_end=None) -> Iterator[str]:
+    """The non-blank texts, counted in `seen`; `at_end(chars)` is called with their distinct characters once
+    the last one has been read (before the trainer starts on them), and may raise to stop the training."""
+    chars: set[str] = set()
     for t in texts:
         if t and not t.isspace():
             seen[0] += 1
+            if at_end is not None:
+                chars.update(t)
             yield t
+    if at_end is not None:
+        at_end(chars)
 
 
 def train_tokenizer(
@@ -215,12 +223,13 @@ def train_tokenizer(
     return _train(texts, vocab_size, family, out_dir, model, normalizer, model_max_length, vocab_flag=vocab_flag)
 
 
-def _alphabet_size(texts: Iterable[str], tok: Tokenizer) -> int:
-    """The distinct characters of `texts` as the trainer counts them: normalised, spaces as the "▁" marker."""
-    chars = {"▁"}
+def _alphabet_size(texts: Iterable[str], normalizer: str) -> int:
+    """The distinct characters of `texts` as the trainer counts them: normalised, spaces as the "▁" marker.
+    Its own normaliser object: the trainer holds the tokenizer's while it reads the texts."""
+    chars, norm = {"▁"}, build_normalizer(normalizer)
     for t in texts:
         if t and not t.isspace():
-            chars.update((tok.normalizer.normalize_str(t) if tok.normalizer else t).replace(" ", "▁"))
+            chars.update(norm.normalize_str(t).replace(" ", "▁"))
     return len(chars)
 
 
@@ -245,19 +254,36 @@ def _train(texts, vocab_size, family, out_dir, model, normalizer, model_max_leng
     else:
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=show_progress)
     seen = [0]
+
+    def too_small(approx: int | None = None) -> InputError:
+        """The refusal, with the exact count of characters where the texts can be read again, else `approx`."""
+        again = reread() if reread is not None else None if isinstance(texts, Iterator) else texts
+        n_chars = _alphabet_size(again, normalizer) if again is not None else approx
+        if n_chars is None:
+            return InputError(f"vocab size {vocab_size} is smaller than the number of distinct characters in the "
+                              f"corpus plus {len(order)} special tokens; raise {vocab_flag}")
+        return InputError(f"vocab size {vocab_size} is smaller than the {n_chars} distinct characters in the corpus "
+                          f"plus {len(order)} special tokens; raise {vocab_flag} to at least {n_chars + len(order)}")
+
+    def refuse_an_endless_unigram(chars: set[str]) -> None:
+        # Hand-written because the trainer cannot say it: tokenizers' Unigram trainer prunes pieces until at
+        # most vocab_size * 1.1 are left but never prunes a single character, so with more characters than
+        # that it loops forever (huggingface/tokenizers#1179) instead of raising "not large enough to contain
+        # all chars" as it does below that. Counted while the text is read (each distinct character
+        # normalised alone), checked before the trainer's EM starts.
+        approx = _alphabet_size(chars, normalizer)
+        if approx + 1 > vocab_size * 11 // 10:
+            raise too_small(approx)
+
     try:
-        tok.train_from_iterator(_non_empty(texts, seen), trainer=trainer, length=length)
+        tok.train_from_iterator(_non_empty(texts, seen, refuse_an_endless_unigram if model == "unigram" else None),
+                                trainer=trainer, length=length)
+    except InputError:
+        raise
     except Exception as e:  # the Rust trainer raises a bare Exception
         if "not large enough to contain all chars" not in str(e):
             raise
-        again = reread() if reread is not None else None if isinstance(texts, Iterator) else texts
-        if again is None:
-            raise InputError(f"vocab size {vocab_size} is smaller than the number of distinct characters in the "
-                             f"corpus plus {len(order)} special tokens; raise {vocab_flag}") from None
-        n_chars = _alphabet_size(again, tok)
-        raise InputError(f"vocab size {vocab_size} is smaller than the {n_chars} distinct characters in the corpus "
-                         f"plus {len(order)} special tokens; raise {vocab_flag} to at least {n_chars + len(order)}"
-                         ) from None
+        raise too_small() from None
     if seen[0] == 0:
         raise InputError("no text to train on: the corpus is empty (check the input or the split)")
     if model == "unigram":
