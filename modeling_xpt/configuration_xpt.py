@@ -98,12 +98,14 @@ class XPTConfig(PreTrainedConfig):
     Example:
 
     ```python
-    >>> from modeling_xpt import XPTConfig, XPTForMaskedLM
+    >>> from transformers import AutoConfig, AutoModelForMaskedLM
 
-    >>> config = XPTConfig(vocab_size=32000, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-    ...                    intermediate_size=1024)
-    >>> model = XPTForMaskedLM(config)  # 4 reused layers + ITL_in + ITL_out, random weights
+    >>> config = AutoConfig.from_pretrained("org/xpt-ko", trust_remote_code=True)  # any XPT repo or folder
+    >>> config.num_hidden_layers  # reused English layers; ITL_in and ITL_out come on top
+    >>> model = AutoModelForMaskedLM.from_config(config, trust_remote_code=True)  # that shape, random weights
     ```
+
+    (With the `xpt` package installed: `from modeling_xpt import XPTConfig, XPTForMaskedLM`.)
     """
 
     model_type = "xpt"

@@ -9,14 +9,10 @@ embeddings E_T, with one Implicit Translation Layer (ITL) on each side of the re
     h^{C+2} = ITL_out(h^{C+1})                                new layer
     p(x_i)  = softmax(E_T g(h_i^{C+2}) + b)                   Eq. 5: MLM decoder tied to E_T
 
-Post-training trains E_T, the ITLs and b first (reused parameters frozen), then everything; the
-parameter groups that phases refer to are named by parameter (`modeling_xpt.parameter_groups`, not
-part of the remote code).
-
-Hub remote code: imports only torch, public transformers API and `.configuration_xpt`; no side
-effects at import. Conversion from an English checkpoint and export to a stock one live in the
-installed package (`modeling_xpt.conversion`). Layer parameter names are a BERT/RoBERTa layer's
-(`attention.self.query`, ..., `output.LayerNorm`), so weights map 1:1 onto stock checkpoints.
+Hub remote code: this file and `configuration_xpt.py`; they import only torch and public transformers
+API, with no side effects at import (conversion from an English checkpoint and training live in the
+`xpt` package, not here). Layer parameter names are a BERT/RoBERTa layer's (`attention.self.query`,
+..., `output.LayerNorm`), so weights map 1:1 onto stock checkpoints.
 """
 import torch
 import torch.nn.functional as F
@@ -26,8 +22,19 @@ from transformers.activations import ACT2FN
 from transformers.modeling_outputs import (BaseModelOutput, MaskedLMOutput, QuestionAnsweringModelOutput,
                                            SequenceClassifierOutput, TokenClassifierOutput)
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils import TransformersKwargs
 
 from .configuration_xpt import XPTConfig
+
+TRANSFORMERS_KEYWORDS = TransformersKwargs.__required_keys__ | TransformersKwargs.__optional_keys__
+
+
+def refuse_unknown_keywords(kwargs: dict, forward: str) -> None:
+    """A mistyped keyword (`attention_masks=`) raises, as for a plain Python function, instead of being ignored;
+    the keywords transformers itself passes (`TransformersKwargs`: `num_items_in_batch`, ...) are accepted."""
+    if unknown := sorted(set(kwargs) - TRANSFORMERS_KEYWORDS):
+        raise TypeError(f"{forward}.forward() got unexpected keyword argument(s) {', '.join(unknown)}")
+
 
 def position_ids_for(input_ids, words: torch.Tensor, pad_token_id: int | None, position_offset: int) -> torch.Tensor:
     """Position ids of the source family for `words`, the (batch, length, hidden) word embeddings.
@@ -70,11 +77,10 @@ class XPTEmbeddings(nn.Module):
 
 
 def eager_attention(module, query, key, value, attention_mask, dropout: float = 0.0, **kwargs):
-    """dropout(softmax(Q K^T / sqrt(d_head) + mask)) V, written out as SDPA's math path computes it: scores,
-    softmax and P V in fp32 (autocast off), the output cast back to the query's dtype. `query`, `key`,
-    `value`: (batch, heads, length, d_head); `attention_mask`: boolean, True where attention is allowed.
-    Returns (output (batch, length, heads, d_head), probabilities before dropout in the query's dtype, which
-    `output_attentions` reports), the pair transformers' `AttentionInterface` functions return."""
+    """dropout(softmax(Q K^T / sqrt(d_head) + mask)) V as SDPA's math path computes it: scores, softmax and P V
+    in fp32 (autocast off), cast back to the query's dtype. `query`, `key`, `value`: (batch, heads, length, d_head);
+    `attention_mask`: boolean, True where attention is allowed. Returns (output (batch, length, heads, d_head),
+    probabilities before dropout, which `output_attentions` reports), as `AttentionInterface` functions do."""
     with torch.autocast(query.device.type, enabled=False):
         scores = torch.matmul(query.float() * query.shape[-1] ** -0.5, key.float().transpose(-1, -2))
         if attention_mask is not None:
@@ -92,12 +98,10 @@ def sdpa_attention(module, query, key, value, attention_mask, dropout: float = 0
 
 class XPTSelfAttention(nn.Module):
     """Multi-head self-attention: softmax(Q K^T / sqrt(d_head) + mask) V, with dropout on the probabilities.
-
-    `config._attn_implementation` picks the function: "sdpa" (default), "eager" (`eager_attention`; also
-    whenever `output_attentions=True`), or any name registered with transformers' `AttentionInterface`,
-    called as `eager_attention` is (with the boolean mask of `expand_attention_mask`, not transformers'
-    additive masks). `model.set_attn_implementation(name)` switches it on a loaded model.
-    """
+    `config._attn_implementation` picks the function: "sdpa" (default), "eager" (`eager_attention`; also whenever
+    `output_attentions=True`), or a name registered with transformers' `AttentionInterface`, called as
+    `eager_attention` is (with `expand_attention_mask`'s boolean mask, not transformers' additive masks).
+    `model.set_attn_implementation(name)` switches it on a loaded model."""
 
     def __init__(self, config: XPTConfig):
         super().__init__()
@@ -112,16 +116,13 @@ class XPTSelfAttention(nn.Module):
 
     def forward(self, hidden_states, attention_mask=None, output_attentions=False):
         batch, length, _ = hidden_states.shape
-        q, k, v = (
-            proj(hidden_states).view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
-            for proj in (self.query, self.key, self.value)
-        )
+        q, k, v = (proj(hidden_states).view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)
+                   for proj in (self.query, self.key, self.value))
         implementation = "eager" if output_attentions else self.config._attn_implementation or "sdpa"
         attention = {"eager": eager_attention, "sdpa": sdpa_attention}.get(implementation)
-        if attention is None:  # a KeyError naming the implementation when it is not registered
+        if attention is None:  # KeyError if not registered; transformers finds this call to allow set_attn_implementation
             attention = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention)
-        context, probs = attention(self, q, k, v, attention_mask, dropout=self.dropout.p if self.training else 0.0,
-                                   scaling=self.head_dim ** -0.5)
+        context, probs = attention(self, q, k, v, attention_mask, dropout=self.dropout.p if self.training else 0.0)
         return context.reshape(batch, length, self.num_heads * self.head_dim), probs
 
 
@@ -220,18 +221,17 @@ class XPTEncoder(nn.Module):
 
 
 def expand_attention_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
-    """Boolean (B, 1, T|1, T) mask, True where attention is allowed.
-
-    Accepts a (B, T) padding mask or a boolean (B, T, T) / (B, 1, T, T) block mask (packed sequences:
-    each token attends within its own sequence); additive float masks are refused, not read backwards.
-    In a block mask every token may attend to itself, so a row of padding never turns SDPA's softmax into NaN. An
-    all-ones padding mask becomes None (outside `torch.compile`): SDPA then picks its fastest kernel.
-    """
+    """Boolean (B, 1, T|1, T) mask, True where attention is allowed, from a (B, T) padding mask of 0/1 or a
+    boolean (B, T, T) / (B, 1, T, T) block mask (packed sequences:
+    each token attends within its own sequence); additive float masks are refused, not read backwards. In a block
+    mask every token may attend to itself, so a row of padding never turns SDPA's softmax into NaN. An all-ones
+    padding mask becomes None (outside `torch.compile`): SDPA then picks its fastest kernel."""
     if attention_mask is None:
         return None
-    if attention_mask.dim() > 2 and attention_mask.dtype != torch.bool:
-        raise ValueError(f"a {attention_mask.dim()}-D attention_mask must be boolean (True = may attend), got "
-                         f"{attention_mask.dtype}; for an additive float mask pass `attention_mask == 0`")
+    additive = attention_mask.is_floating_point() and bool(((attention_mask != 0) & (attention_mask != 1)).any())
+    if additive or (attention_mask.dim() > 2 and attention_mask.dtype != torch.bool):
+        raise ValueError(f"attention_mask ({attention_mask.dim()}-D {attention_mask.dtype}) must be 1 (attend) / 0 "
+                         "(padding), or boolean when 3-D or 4-D; for an additive mask pass `attention_mask == 0`")
     mask = attention_mask.bool()
     if mask.dim() == 2:
         return None if not torch.compiler.is_compiling() and bool(mask.all()) else mask[:, None, None, :]
@@ -252,7 +252,7 @@ class XPTPreTrainedModel(PreTrainedModel):
     supports_gradient_checkpointing = True
     _supports_sdpa = True
     _no_split_modules = ["XPTEmbeddings", "XPTLayer"]
-    # A post-trained folder holds the MLM head; heads that do not use it load without complaint.
+    # A post-trained folder holds the MLM head; the other heads load it without complaint (XPTForMaskedLM: None).
     _keys_to_ignore_on_load_unexpected = [r"^lm_head\."]
     accepts_loss_kwargs = False  # losses are means over the call: transformers' Trainer scales them for accumulation
 
@@ -260,8 +260,7 @@ class XPTPreTrainedModel(PreTrainedModel):
     def _init_weights(self, module):
         """Normal(0, initializer_range) for linear/embedding weights, LayerNorm at identity (transformers'
         default), MLM output bias at zero and adapters at identity (up-projection zero)."""
-        # transformers marks a tensor as initialised once an init function touched it, so the adapter's
-        # up-projection is zeroed when the Linear itself is visited, not later from its parent.
+        # transformers marks a tensor initialised once an init touched it: the adapter's Linear is zeroed on its own visit
         if isinstance(module, nn.Linear) and getattr(module, "zero_init", False):
             nn.init.zeros_(module.weight)
             nn.init.zeros_(module.bias)
@@ -320,6 +319,7 @@ class XPTModel(XPTPreTrainedModel):
         attention_mask: `(batch, length)` 1 for real tokens, 0 for padding; or a `(batch, length, length)`
             boolean block mask for packed sequences (then pass `position_ids` restarting per sequence).
         """
+        refuse_unknown_keywords(kwargs, "XPTModel")
         output_attentions = per_call(output_attentions, self.config.output_attentions)
         output_hidden_states = per_call(output_hidden_states, self.config.output_hidden_states)
         hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
@@ -329,9 +329,8 @@ class XPTModel(XPTPreTrainedModel):
 
 
 class XPTLMHead(nn.Module):
-    """Eq. 5: p(x_i | h_i) = softmax(E_T g(h_i) + b), g = LayerNorm(act(W h + c)), decoder tied to E_T. The
-    decoder has `padded_vocab_size` rows (tensor-core friendly); logits are cut to `vocab_size`, so the padding
-    rows are never predicted."""
+    """Eq. 5: p(x_i | h_i) = softmax(E_T g(h_i) + b), g = LayerNorm(act(W h + c)), decoder tied to E_T. Logits are
+    cut to `vocab_size`: the rows padding E_T to `padded_vocab_size` while training are never predicted."""
 
     def __init__(self, config: XPTConfig):
         super().__init__()
@@ -349,6 +348,7 @@ class XPTLMHead(nn.Module):
 
 class XPTForMaskedLM(XPTPreTrainedModel):
     _tied_weights_keys = {"lm_head.decoder.weight": "xpt.embeddings.target_embeddings.weight"}
+    _keys_to_ignore_on_load_unexpected = None
 
     def __init__(self, config: XPTConfig):
         super().__init__(config)
@@ -372,13 +372,12 @@ class XPTForMaskedLM(XPTPreTrainedModel):
             cross-entropy over the masked positions (Eq. 5). `logits` is `(batch, length, vocab_size)`
             as in every transformers masked LM.
         """
+        refuse_unknown_keywords(kwargs, type(self).__name__)
         outputs = self.xpt(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
                            output_hidden_states, return_dict=True)
         logits = self.lm_head(outputs.last_hidden_state)
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1).long(),
-                                   ignore_index=-100)
+        loss = None if labels is None else F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
+                                                            labels.reshape(-1).long(), ignore_index=-100)
         output = MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
                                 attentions=outputs.attentions)
         return output if per_call(return_dict, self.config.return_dict) else output.to_tuple()
@@ -432,13 +431,13 @@ class XPTForSequenceClassification(XPTPreTrainedModel):
 
     def __init__(self, config: XPTConfig):
         super().__init__(config)
-        self.num_labels = config.num_labels
         self.xpt = XPTModel(config)
         self.classifier = XPTClassificationHead(config)
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, labels=None,
                 inputs_embeds=None, output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
+        refuse_unknown_keywords(kwargs, type(self).__name__)
         outputs = self.xpt(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
                            output_hidden_states, return_dict=True)
         logits = self.classifier(outputs.last_hidden_state, attention_mask)
@@ -453,7 +452,6 @@ class XPTForTokenClassification(XPTPreTrainedModel):
 
     def __init__(self, config: XPTConfig):
         super().__init__(config)
-        self.num_labels = config.num_labels
         self.xpt = XPTModel(config)
         self.dropout = nn.Dropout(config.head_dropout_prob)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
@@ -461,10 +459,11 @@ class XPTForTokenClassification(XPTPreTrainedModel):
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, labels=None,
                 inputs_embeds=None, output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
+        refuse_unknown_keywords(kwargs, type(self).__name__)
         outputs = self.xpt(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
                            output_hidden_states, return_dict=True)
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
-        loss = (F.cross_entropy(logits.view(-1, self.num_labels).float(), labels.view(-1).long(), ignore_index=-100)
+        loss = (F.cross_entropy(logits.view(-1, self.config.num_labels).float(), labels.view(-1).long(), ignore_index=-100)
                 if labels is not None else None)
         output = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
                                        attentions=outputs.attentions)
@@ -483,6 +482,7 @@ class XPTForQuestionAnswering(XPTPreTrainedModel):
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 start_positions=None, end_positions=None, inputs_embeds=None, output_attentions=None,
                 output_hidden_states=None, return_dict=None, **kwargs):
+        refuse_unknown_keywords(kwargs, type(self).__name__)
         outputs = self.xpt(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
                            output_hidden_states, return_dict=True)
         start_logits, end_logits = (x.contiguous() for x in self.qa_outputs(outputs.last_hidden_state).unbind(-1))

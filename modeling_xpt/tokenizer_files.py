@@ -69,13 +69,34 @@ def recorded_language(*folders) -> str | None:
     return None
 
 
+# The XPT weights with a row per token, padded to `pad_vocab_to_multiple_of` rows while training.
+VOCABULARY_ROWS = ("embeddings.target_embeddings.weight", "lm_head.decoder.weight", "lm_head.bias")
+
+
 def save_model_folder(model, tokenizer, out_dir: str | Path) -> None:
     """A loadable folder: ``model.save_pretrained`` and `save_tokenizer`, every file with the ordinary
     permissions (read for all, as the umask allows). safetensors writes the weights through a private
     temporary file (mode 0600), which a shared server or a Docker image built from the folder could
-    not read."""
+    not read.
+
+    An XPT model is saved with one row per token (`pad_vocab_to_multiple_of` 1): the rows that pad E_T, the
+    tied decoder and the MLM bias for speed while training are left out, as a stock checkpoint has them and
+    as tools that find the word embeddings by `config.vocab_size` (PEFT's prompt tuning) expect. The model
+    in memory keeps its rows."""
     out = Path(out_dir)
-    model.save_pretrained(str(out))
+    config = model.config
+    multiple = getattr(config, "pad_vocab_to_multiple_of", 1)
+    if multiple == 1:
+        model.save_pretrained(str(out))
+    else:
+        rows, vocab = config.padded_vocab_size, config.vocab_size
+        state = {name: weight[:vocab] if name.endswith(VOCABULARY_ROWS) and weight.shape[0] == rows else weight
+                 for name, weight in model.state_dict().items()}
+        config.pad_vocab_to_multiple_of = 1
+        try:
+            model.save_pretrained(str(out), state_dict=state)
+        finally:
+            config.pad_vocab_to_multiple_of = multiple
     save_tokenizer(tokenizer, out)
     umask = os.umask(0)
     os.umask(umask)

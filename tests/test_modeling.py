@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from modeling_xpt import (PARAMETER_GROUPS, parameter_groups, set_trainable_groups, trainable_groups,
                           XPTConfig, XPTForMaskedLM, XPTForQuestionAnswering, XPTForSequenceClassification,
-                          XPTForTokenClassification, from_source)
+                          XPTForTokenClassification, from_source, save_model_folder)
 from tests.conftest import REPO_ROOT
 from tests.model_factories import (  # noqa: F401 (family, source, tok: pytest fixtures)
     FAMILIES,
@@ -288,6 +288,51 @@ def test_mean_pooling_runs_in_bf16_without_an_attention_mask(source, tok, tmp_pa
     ids = tok(TEXTS[0], return_tensors="pt")["input_ids"]
     with torch.no_grad():
         assert model(ids).logits.dtype == torch.bfloat16
+
+
+def test_a_saved_folder_has_one_embedding_row_per_token_and_the_model_keeps_its_padding(source, tok, tmp_path):
+    """E_T, its tied decoder and the MLM bias are padded to a multiple of 64 rows while training; the saved folder
+    has `vocab_size` rows, as a stock checkpoint, so PEFT's prompt tuning finds the word embeddings."""
+    from peft import PromptTuningConfig, TaskType, get_peft_model
+    from safetensors import safe_open
+
+    model = from_source(source, tok).eval()
+    vocab, rows = model.config.vocab_size, model.config.padded_vocab_size
+    assert rows > vocab
+    save_model_folder(model, tok, tmp_path)
+    assert model.get_input_embeddings().weight.shape[0] == rows and model.config.pad_vocab_to_multiple_of == 64
+    with safe_open(tmp_path / "model.safetensors", "pt") as saved:
+        shapes = {name: saved.get_slice(name).get_shape()[0] for name in saved.keys()}
+    assert shapes["xpt.embeddings.target_embeddings.weight"] == shapes["lm_head.bias"] == vocab
+    assert "lm_head.decoder.weight" not in shapes  # tied: saved once
+    reloaded = XPTForMaskedLM.from_pretrained(tmp_path).eval()
+    assert reloaded.config.pad_vocab_to_multiple_of == 1 and reloaded.get_input_embeddings().weight.shape[0] == vocab
+    assert reloaded.lm_head.decoder.weight is reloaded.get_input_embeddings().weight
+    batch = padded_batch(tok, TEXTS[:2])
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(ids, attention_mask=mask).logits, model(ids, attention_mask=mask).logits)
+    classifier = XPTForSequenceClassification.from_pretrained(tmp_path, num_labels=2)
+    prompted = get_peft_model(classifier, PromptTuningConfig(task_type=TaskType.SEQ_CLS, num_virtual_tokens=4))
+    out = prompted(input_ids=ids, attention_mask=mask, labels=torch.tensor([0, 1]))
+    assert out.logits.shape == (2, 2) and torch.isfinite(out.loss)
+
+
+def test_a_mistyped_keyword_or_an_additive_mask_is_refused_not_ignored(source, tok):
+    """`attention_masks=` (a typo) would otherwise run the model unmasked, and a 2-D additive mask (0 / -10000)
+    would be read backwards; transformers' own keywords (`num_items_in_batch`) are accepted."""
+    model = from_source(source, tok).eval()
+    batch = padded_batch(tok, TEXTS[:2])
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    with torch.no_grad():
+        expected = model(ids, attention_mask=mask).logits
+        with pytest.raises(TypeError, match="XPTForMaskedLM.forward.. got unexpected keyword argument.s. attention_masks"):
+            model(ids, attention_masks=mask)
+        with pytest.raises(TypeError, match="XPTModel.forward.. got unexpected keyword argument.s. labels"):
+            model.xpt(ids, labels=ids)
+        with pytest.raises(ValueError, match=r"additive mask pass `attention_mask == 0`"):
+            model(ids, attention_mask=(1.0 - mask.float()) * -10000.0)
+        torch.testing.assert_close(model(ids, attention_mask=mask.float(), num_items_in_batch=4).logits, expected)
 
 
 def test_set_attn_implementation_switches_a_loaded_model(source, tok):
