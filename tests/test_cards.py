@@ -233,6 +233,7 @@ def test_downstream_scores_stand_beside_the_floor_of_their_own_run(xpt_dir, tmp_
     assert rows["KorSTS"].endswith("| 69.93 | 68.55 | not run |")  # no probe in that run
     assert rows["my-task"].endswith("| 61.00 | not run | not run |")
     assert "TF-IDF of character 1-3-grams with logistic regression or ridge, regularisation chosen on dev" in text
+    assert "Check the intrinsic and downstream results above" in text and "reports no downstream scores" not in text
 
 
 def test_a_fine_tuned_card_shows_the_floor_under_its_seeds(classifier_dir, tmp_path):
@@ -344,7 +345,9 @@ def test_card_from_real_tiny_trained_folder_contains_its_numbers(trained_dir):
     for phase in summary["phases"]:
         assert f"| {phase['name']} | {fmt_int(phase['steps'])} |" in text
         assert fmt_float(phase["valid_loss"]) in text
-    assert "Downstream" not in text  # no results.json: no downstream table
+    assert "Downstream" not in text  # no results.json: no downstream table, and the limitations do not point at one
+    assert "This card reports no downstream scores: fine-tune and score it on your task" in text
+    assert "downstream results above" not in text
     config = json.loads((trained_dir / "config.json").read_text())
     assert f"vocabulary {fmt_int(config['vocab_size'])}" in text
     assert GENERATED_CARD_MARKER in text
