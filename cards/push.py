@@ -320,8 +320,11 @@ def push_to_hub(model_dir: str | Path, repo_id: str, *, private: bool = False, r
     model_dir = Path(model_dir)
     if fmt not in ("custom", "stock"):
         raise PushError(f"format {fmt!r}: choose custom or stock")
-    if not model_dir.is_dir():
-        raise PushError(f"{model_dir} is not a folder (nothing uploaded)")
+    if not (model_dir / "config.json").is_file():  # the user's input: exit 2, as every command's
+        inner = model_dir / "model"  # where xpt-finetune keeps the model of a run
+        hint = f"; did you mean {inner}?" if (inner / "config.json").is_file() else ""
+        raise UserError(f"{model_dir} is not a model folder ({'no config.json' if model_dir.is_dir() else 'missing'})"
+                        f"{hint} (nothing uploaded)")
     check_repo_id(repo_id)
     if not dry_run:  # before any work: staging and the load check take a while
         if hub_offline():
@@ -479,7 +482,7 @@ def main(argv=None) -> int:
         push_to_hub(args.model_dir, args.repo_id, private=args.private, revision=args.revision, fmt=args.format,
                     dry_run=args.dry_run, token=args.token, load_check=args.dry_run or not args.skip_load_check,
                     regenerate_card=not args.keep_card, **card_kwargs)
-    except PushError as error:
+    except UserError as error:  # PushError among them
         return report_error(error)
     return 0
 

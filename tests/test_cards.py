@@ -35,6 +35,7 @@ from cards.validate import validate_folder
 from modeling_xpt.tokenizer_files import CODE_FILES
 from tests.conftest import REPO_ROOT
 from tests.model_factories import tiny_source
+from tokenization.errors import UserError, run_cli
 from training.run_record import GENERATED_CARD_MARKER
 
 PYTHON = sys.executable
@@ -554,6 +555,17 @@ def test_push_refuses_before_any_work_without_a_token_and_a_stock_export_by_nami
     logs = []
     push_module.push_to_hub(trained_dir, "org/x", dry_run=True, license="mit", load_check=False, log=logs.append)
     assert f"OK: {trained_dir} (its files as uploaded)" in logs  # not the temporary folder it staged them in
+
+
+def test_push_names_the_model_inside_a_fine_tuning_run_given_instead(xpt_dir, tmp_path, capsys):
+    """A fine-tuning run keeps its model in `model/`: pushing the run's folder names the folder given and the one
+    meant, at once and with exit 2, not a temporary staging path."""
+    run = tmp_path / "ft"
+    copy_folder(xpt_dir, run / "model")
+    with pytest.raises(UserError, match=rf"{run} is not a model folder \(no config.json\); did you mean {run / 'model'}\?"):
+        push_module.push_to_hub(run, "org/x", dry_run=True, log=lambda *_: None)
+    assert run_cli(push_module.main, ["--model-dir", str(run), "--repo-id", "org/x", "--dry-run"]) == 2
+    assert "did you mean" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("repo_id,message", [

@@ -139,7 +139,7 @@ def test_every_command_is_covered_by_the_bad_input_check():
 @pytest.mark.parametrize("command", sorted(BAD_INPUTS))
 def test_every_installed_command_names_a_missing_input_in_one_line(command, tmp_path, monkeypatch, capsys):
     """As the console script runs it (`sys.exit(entry_point())`): no traceback, one `error:` line naming the
-    missing path, exit 2 (1 for a push, where the Hub may be at fault)."""
+    missing path, exit 2."""
     import importlib
 
     module, function = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"][command].split(":")
@@ -149,5 +149,5 @@ def test_every_installed_command_names_a_missing_input_in_one_line(command, tmp_
     except SystemExit as stop:
         code = stop.code
     lines = capsys.readouterr().err.strip().splitlines()
-    assert code == (1 if command == "xpt-push" else 2), (code, lines)
+    assert code == 2, (code, lines)
     assert len(lines) == 1 and lines[0].startswith("error: ") and "missing" in lines[0], lines
