@@ -270,6 +270,9 @@ def main(argv=None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"wrote {out}/app.py, requirements.txt, README.md")
+    if not args.repo_id:
+        print(f"note: the app loads {Path(args.model_dir).resolve()}, a folder on this machine: before deploying the "
+              "Space, write it again with --repo-id ORG/NAME (or set the Space variable XPT_MODEL to that repo)")
     if args.serve:
         if _gradio_version() is None:
             print("error: --serve needs gradio (`pip install gradio`)", file=sys.stderr)

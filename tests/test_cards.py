@@ -1610,6 +1610,10 @@ def test_a_space_of_a_folder_without_a_card_finds_the_licence_as_the_card_does(t
     assert build_card(folder, require_license=True).data.to_dict()["license"] == "mit"
     assert space_main([str(folder), "--out", str(tmp_path / "app")]) == 0
     assert front_matter(tmp_path / "app" / "README.md")["license"] == "mit"
+    out = capsys.readouterr().out  # without --repo-id the app points at this machine's folder, and says so
+    assert f"note: the app loads {folder.resolve()}, a folder on this machine: before deploying" in out
+    assert space_main([str(folder), "--out", str(tmp_path / "hub"), "--repo-id", "org/x"]) == 0
+    assert "note:" not in capsys.readouterr().out
 
 
 def test_counts_of_one_are_worded_in_the_singular(classifier_dir, tmp_path):
