@@ -31,11 +31,21 @@ MODEL_FOLDER_FILES = ("config.json", "generation_config.json", *CODE_FILES, "tok
 
 def save_tokenizer(tokenizer, out_dir: str | Path) -> None:
     """``tokenizer.save_pretrained(out_dir)`` with ``tokenizer_config.json`` naming
-    ``PreTrainedTokenizerFast`` where transformers 5 wrote ``TokenizersBackend``. Tokenizers of
-    other classes (e.g. a slow or model-specific one) are saved unchanged."""
+    ``PreTrainedTokenizerFast`` where transformers 5 wrote ``TokenizersBackend``, and ``tokenizer.json``
+    without the truncation or padding its last call left set. Tokenizers of other classes (e.g. a slow
+    or model-specific one) are saved unchanged."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(str(out))
+    backend = out / "tokenizer.json"
+    if backend.is_file():  # the truncation and padding of the last call (fine-tuning's max_length) are not the tokenizer's
+        from tokenizers import Tokenizer
+
+        saved = Tokenizer.from_file(str(backend))
+        if saved.truncation or saved.padding:
+            saved.no_truncation()
+            saved.no_padding()
+            saved.save(str(backend), pretty=True)
     path = out / "tokenizer_config.json"
     if not path.is_file():
         return

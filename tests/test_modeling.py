@@ -318,6 +318,21 @@ def test_a_saved_folder_has_one_embedding_row_per_token_and_the_model_keeps_its_
     assert out.logits.shape == (2, 2) and torch.isfinite(out.loss)
 
 
+def test_a_saved_tokenizer_keeps_no_truncation_from_its_last_call(tok, tmp_path):
+    """Fine-tuning encodes with truncation at its max_length; the saved tokenizer.json must not carry that state,
+    or a user of the `tokenizers` library alone would cut every text at that length."""
+    from tokenizers import Tokenizer
+
+    from modeling_xpt import save_tokenizer
+
+    tok(TEXTS, truncation=True, max_length=4, padding="max_length")
+    save_tokenizer(tok, tmp_path)
+    saved = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    assert saved.truncation is None and saved.padding is None
+    long_text = " ".join(TEXTS)
+    assert len(saved.encode(long_text).ids) == len(tok(long_text)["input_ids"]) > 4
+
+
 def test_a_mistyped_keyword_or_an_additive_mask_is_refused_not_ignored(source, tok):
     """`attention_masks=` (a typo) would otherwise run the model unmasked, and a 2-D additive mask (0 / -10000)
     would be read backwards; transformers' own keywords (`num_items_in_batch`) are accepted."""
