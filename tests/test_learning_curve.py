@@ -33,3 +33,18 @@ def test_a_run_that_kept_no_checkpoints_is_one_point_and_says_why(tiny, tmp_path
     assert lc.main([str(kept), "--task", f"nsmc={task_dir}"]) == 0
     out = capsys.readouterr().out
     assert "| 2 |" in out and "note:" not in out
+
+
+def test_a_fine_tuned_folder_or_an_unknown_task_is_refused_in_the_curves_own_terms(tiny, tmp_path):
+    """A fine-tuned model folder carries its post-training run's record, but it is no run to draw a curve of; an
+    unknown task lists the registered ones without naming options this command does not have."""
+    task_dir = tmp_path / "toy"
+    task_dir.mkdir()
+    run = tmp_path / "run"
+    run_inprocess(run_args(tiny, run, train_steps=2, phase1_steps=1))
+    with pytest.raises(lc.TaskDataError, match="unknown task 'nsmcc'; registered tasks: .*klue-ner.*[a-z]$") as refused:
+        lc.learning_curve(run, {"nsmcc": str(task_dir)}, None, 32)
+    assert "--task-spec" not in str(refused.value)
+    (run / "results.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(lc.TaskDataError, match=rf"{run} is a fine-tuned model \(it holds results.json\), not a "):
+        lc.learning_curve(run, {"nsmc": str(task_dir)}, None, 32)

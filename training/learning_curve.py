@@ -80,6 +80,9 @@ def learning_curve(run: str | Path, tasks: dict[str, str], max_train_samples: in
     for name, folder in tasks.items():
         if not Path(folder).is_dir():
             raise TaskDataError(f"--task {name}={folder}: no such folder (give the task's data folder)")
+    if (run / "results.json").is_file():  # a fine-tuned model carries its post-training run's record too
+        raise TaskDataError(f"{run} is a fine-tuned model (it holds results.json), not a post-training run: give the "
+                            "folder xpt-post-train wrote")
     checkpoints = list_checkpoints(run)
     finished = (run / SUMMARY_FILE).is_file()
     if not checkpoints and not finished:
@@ -93,7 +96,7 @@ def learning_curve(run: str | Path, tasks: dict[str, str], max_train_samples: in
     settings = {"tasks": tasks, "max_train_samples": max_train_samples, "max_length": max_length,
                 "data_seed": data_seed, "hold_out_test": hold_out_test or {},
                 **({"max_eval_samples": max_eval_samples} if max_eval_samples is not None else {})}
-    specs = {name: get_task(name) for name in tasks}  # each filled in by its data (labels) and used throughout
+    specs = {name: get_task(name, or_else="") for name in tasks}  # each filled in by its data (labels) and used throughout
     splits = {name: load_task_data(specs[name], folder, max_train_samples, max_eval_samples, data_seed,
                                    (hold_out_test or {}).get(name, 0))
               for name, folder in tasks.items()}

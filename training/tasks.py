@@ -172,10 +172,9 @@ register(TaskSpec("klue-mrc", "qa", question_column="question", context_column="
                   description="KLUE machine reading comprehension (extractive; questions without an answer are dropped)"))
 
 
-def get_task(name: str) -> TaskSpec:
-    if name not in REGISTRY:
-        raise TaskDataError(f"unknown task {name!r}; registered tasks: {', '.join(sorted(REGISTRY))} "
-                            "(or define one with --task-spec / --task-type and --text-columns)")
+def get_task(name: str, or_else: str = " (or define one with --task-spec / --task-type and --text-columns)") -> TaskSpec:
+    if name not in REGISTRY:  # `or_else`: how the caller's command defines a task of its own, if it can
+        raise TaskDataError(f"unknown task {name!r}; registered tasks: {', '.join(sorted(REGISTRY))}{or_else}")
     return copy.deepcopy(REGISTRY[name])  # a run fills in open fields (`labels`): never the registry's own
 
 
