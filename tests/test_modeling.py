@@ -374,7 +374,7 @@ def test_a_float_block_mask_is_refused_and_return_dict_false_gives_tuples(source
     model = from_source(source, tok).eval()
     ids, mask, _ = random_batch(model.config)
     additive = torch.zeros(ids.shape[0], ids.shape[1], ids.shape[1])
-    with pytest.raises(ValueError, match="3-D attention_mask must be boolean.*attention_mask == 0"):
+    with pytest.raises(ValueError, match=r"attention_mask \(3-D torch.float32\) must be .*boolean when 3-D .*attention_mask == 0"):
         model(ids, attention_mask=additive)
     model.config.return_dict = False
     with torch.no_grad():
