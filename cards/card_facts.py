@@ -11,9 +11,9 @@ import statistics
 from pathlib import Path
 
 from training.inputs import looks_like_hub_id
+from training.linear_reads import COSINE_READING, floor_bar
 from training.methods import METHODS
 from training.run_record import RunRecord
-from training.study_report import floor_bar
 
 from .data_sources import describe_task, locate_spec
 from .folder import FolderInfo, hub_source_id, safetensors_parameter_count
@@ -265,9 +265,6 @@ def results_facts(info: FolderInfo) -> dict:
             "floor_cosine": any((result.get("floor") or {}).get("zero_shot") for result in info.results)}
 
 
-COSINE_READING = "TF-IDF cosine, no training"
-
-
 def floor_readings(floor: dict, split: str) -> list[tuple[str, dict]]:
     """The no-model readings of a run (`finetune --floor`) as (name, scores by split), the floor first:
     the trained estimator's, and for sentence similarity the cosine of the TF-IDF vectors without
@@ -284,7 +281,7 @@ def floor_readings(floor: dict, split: str) -> list[tuple[str, dict]]:
         return [trained, (COSINE_READING, cosine)]
     if not is_number(score):
         return [(COSINE_READING, cosine), trained]
-    bar, _ = floor_bar({"score": score, "zero_shot": cosine_score, "estimator": trained[0]})
+    bar, _ = floor_bar(floor, scored)
     return [trained, (COSINE_READING, cosine)] if bar == score else [(COSINE_READING, cosine), trained]
 
 

@@ -113,9 +113,9 @@ def test_results_of_other_recipes_are_labelled_apart_and_interrupted_runs_named(
     assert labels == sorted([f"{method} [epochs=2, hold_out_dev=0, train_examples={n}]",
                              f"{method} [epochs=3, hold_out_dev=40, train_examples={m}]",
                              f"{method} probe (mean) [epochs=3, hold_out_dev=40, train_examples={m}]",
-                             f"{compare.FLOOR} [hold_out_dev=0, train_examples={n}]",
+                             f"{compare.FLOOR} (TF-IDF) [hold_out_dev=0, train_examples={n}]",
                              f"{method} probe (first) [train_examples={n}]",
-                             f"{compare.FLOOR} [hold_out_dev=40, train_examples={m}]"])
+                             f"{compare.FLOOR} (TF-IDF) [hold_out_dev=40, train_examples={m}]"])
     assert "| 61.00 | - |" in report["markdown"] and "61.00 ±" not in report["markdown"]
     assert f"{tmp_path / 'in' / 'cut'}: 1 seed(s) finished but no results.json" in capsys.readouterr().err
     with pytest.raises(compare.CompareError, match=r"no fine-tuning results.json .*\(only interrupted runs\)"):
@@ -235,7 +235,7 @@ def test_the_plot_legend_sits_beside_the_axes_whole_and_without_a_warning(monkey
     row = {"task": "nsmc", "metric": "accuracy", "split": "test", "peft": None, "std": 0.5, "n": 3}
     rows = [{**row, "method": f"a rather long method label number {i} [hold_out_dev=5000, epochs=3]",
              "model": f"runs/m{i}-{n}", "sentences": n, "mean": 60.0 + i + n / 1000} for i in range(5) for n in (1000, 4000)]
-    rows.append({**row, "method": compare.FLOOR, "model": "-", "sentences": None, "mean": 61.0, "n": 0})
+    rows.append({**row, "method": f"{compare.FLOOR} (TF-IDF)", "model": "-", "sentences": None, "mean": 61.0, "n": 0})
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         path = compare.plot_task("nsmc", rows, tmp_path)
@@ -249,3 +249,70 @@ def test_the_plot_legend_sits_beside_the_axes_whole_and_without_a_warning(monkey
     height, width = plt.imread(path).shape[:2]
     assert width >= tight.width * fig.dpi and height >= tight.height * fig.dpi  # the saved image holds it all
     close(fig)
+
+
+def test_a_korsts_floor_is_shown_at_the_bar_the_card_and_the_study_report_use(shared_data, tmp_path, monkeypatch):
+    """For KorSTS the floor is the higher of the trained ridge and the untrained TF-IDF cosine: the table and the
+    plot show that bar and name it, as the study's report and the model card do."""
+    import matplotlib.axes
+
+    from cards.card_facts import floor_readings
+    from training import linear_reads
+    from training.study_report import floor_bar, linear_reads_of
+    from training.tasks import get_task, load_task_data
+
+    drawn = []
+    axhline = matplotlib.axes.Axes.axhline
+    monkeypatch.setattr(matplotlib.axes.Axes, "axhline",
+                        lambda self, y, **kw: drawn.append((y, kw["label"])) or axhline(self, y, **kw))
+    spec = get_task("korsts")
+    floor = linear_reads.floor(spec, load_task_data(spec, shared_data / "tasks" / "korsts", 300, 200))
+    assert floor["zero_shot"]["test"] > floor["score"] == floor["test"]  # the case here: the cosine scores higher
+    results = {"task": "korsts", "metric": spec.metric, "num_examples": {"train": 300, "dev": 200, "test": 200},
+               "data_seed": 0, "floor": floor}
+    (tmp_path / "in" / "sts").mkdir(parents=True)
+    (tmp_path / "in" / "sts" / "results.json").write_text(json.dumps(results))
+    report = compare.compare([str(tmp_path / "in")], tmp_path / "out")
+    bar = floor["zero_shot"]["test"]
+    assert floor_bar(linear_reads_of(results)["floor"]) == (bar, "TF-IDF cosine, no training")  # the study's bar
+    assert floor_readings(floor, "test")[0][0] == "TF-IDF cosine, no training"  # the card's floor
+    [row] = report["rows"]
+    assert row["mean"] == bar and row["method"] == "no-model floor (TF-IDF cosine, no training)"
+    assert f"| no-model floor (TF-IDF cosine, no training) | - | - | test | {bar:.2f} | - |" in report["markdown"]
+    assert drawn == [(bar, "no-model floor (TF-IDF cosine, no training)")]
+
+
+def test_out_may_not_overlap_an_input_nor_lie_in_a_model_folder(result_dirs, tmp_path, capsys):
+    """--out that is or lies inside an input folder, the run folder of an input results.json, or a model folder
+    is refused in one line before anything is written (a later fine-tuning there would refuse the folder)."""
+    root, outs = result_dirs
+    run, model = outs[1], root / "xpt-1000"
+    cases = [([run], run, "overlaps the input"), ([run], run / "report", "overlaps the input"),
+             ([run / "results.json"], run / "report", "overlaps the input"),
+             ([root / "runs"], root, "overlaps the input"),
+             ([run], model, f"is the model folder {model}"), ([run], model / "report", "lies inside the model folder")]
+    for inputs, out, says in cases:
+        assert compare.main([*map(str, inputs), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --out {out} {says}") and err.count("\n") == 1, err
+    assert not (run / "report").exists() and not (model / "report").exists()
+    assert sorted(p.name for p in run.iterdir()) == ["model", "results.json", "runs"]
+    assert not (model / "results.md").exists() and not (root / "results.md").exists()
+    assert compare.main([str(run), "--out", str(tmp_path / "report")]) == 0  # beside them: written
+
+
+def test_a_later_compare_leaves_no_plot_of_a_task_it_no_longer_compares(result_dirs, tmp_path):
+    """Plots are drawn per task: a compare of fewer tasks into the same --out removes the plots of the tasks an
+    earlier compare there drew, and nothing it did not write."""
+    _, outs = result_dirs
+    sts = tmp_path / "in" / "sts"
+    sts.mkdir(parents=True)
+    (sts / "results.json").write_text(json.dumps({"task": "korsts", "metric": "spearman", "floor": {
+        "split": "test", "train_examples": 10, "score": 30.0, "test": 30.0, "estimator": "ridge alpha=1"}}))
+    out = tmp_path / "out"
+    compare.compare([str(outs[1]), str(sts)], out)
+    assert sorted(p.name for p in out.iterdir()) == ["korsts.png", "nsmc.png", "results.md"]
+    (out / "notes.png").write_bytes(b"mine")
+    report = compare.compare([str(outs[1])], out)
+    assert report["plots"] == [str(out / "nsmc.png")]
+    assert sorted(p.name for p in out.iterdir()) == ["notes.png", "nsmc.png", "results.md"]

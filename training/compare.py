@@ -14,6 +14,11 @@ finetune.py puts in the model folders it saves are not counted twice). Output in
   study folders of one recipe, a sweep) are drawn a line per study folder, or per model, named by the
   part of their paths that differs.
 
+``--out`` may not overlap an input folder nor be or lie inside a model folder; the plots an earlier compare
+left there for tasks this one does not compare are removed. A no-model floor (``--floor``) is shown at the
+bar fine-tuned scores face (`training.linear_reads.floor_bar`: for KorSTS the higher of the trained ridge and
+the untrained TF-IDF cosine), as in the model card and the study's report.
+
 Method and data size come from ``results.json["post_training"]`` (copied by finetune.py from the model
 folder's training_summary.json, or given with --post-training-method/--post-training-sentences).
 Results of one task fine-tuned with different settings or on different splits (``hyperparameters``,
@@ -30,15 +35,18 @@ from pathlib import Path
 import argparse
 import json
 import math
+import re
 from collections import defaultdict
 from typing import Any
 
 from tokenization.errors import UserError, report_error
+from tokenization.folders import file_in_the_way, overlapping
 from training.finetuned_model import ADAPTER_DIR, MODEL_DIR
+from training.linear_reads import floor_bar
 from training.run_record import RESULTS_FILE
 
 REQUIRED = ("task", "metric")
-FLOOR = "no-model floor (TF-IDF)"
+FLOOR = "no-model floor"  # labelled with its bar: "no-model floor (TF-IDF cosine, no training)"
 # the settings that decide a floor's splits (the rest of the recipe only changes fine-tuned scores)
 DATA_SETTINGS = ("hold_out_test", "hold_out_dev", "max_train_samples", "max_eval_samples", "data_seed")
 
@@ -110,7 +118,7 @@ def label_recipes(rows: list[dict[str, Any]]) -> None:
                         if len({json.dumps(r["recipe"][k]) for r in task_rows if k in r["recipe"]}) > 1)
         for r in task_rows:
             keys = [k for k in differ if k in r["recipe"]
-                    and (r["method"] != FLOOR or k in DATA_SETTINGS or k.endswith("_examples"))]
+                    and (not r.get("floor") or k in DATA_SETTINGS or k.endswith("_examples"))]
             if keys:
                 r["method"] += " [" + ", ".join(f"{k}={r['recipe'][k]}" for k in keys) + "]"
 
@@ -140,11 +148,13 @@ def load_results(files: list[Path]) -> list[dict[str, Any]]:
                          "mean": float(probe["score"]), "std": 0.0, "n": 0, "peft": None})
         if "floor" in data:  # the same splits give the same floor: listed once
             floor = data["floor"]
-            key = (data["task"], floor["split"], floor["train_examples"], round(float(floor["score"]), 6))
+            bar, what = floor_bar(floor)  # for STS the stronger of its two no-model reads, as cards and studies
+            key = (data["task"], floor["split"], floor["train_examples"], round(float(bar), 6))
             if key not in floors:
                 floors.add(key)
-                rows.append({**row, "method": FLOOR, "model": "-", "sentences": None, "split": floor["split"],
-                             "mean": float(floor["score"]), "std": 0.0, "n": 0, "peft": None})
+                rows.append({**row, "method": f"{FLOOR} ({what})", "model": "-", "sentences": None,
+                             "split": floor["split"], "mean": float(bar), "std": 0.0, "n": 0, "peft": None,
+                             "floor": True})
     for task in sorted({r["task"] for r in rows}):  # one table and one axis per task: its scores must be comparable
         metrics = sorted({r["metric"] for r in rows if r["task"] == task})
         if len(metrics) > 1:
@@ -291,15 +301,53 @@ def save_size_plot(fig, ax, sizes: list[int], ylabel: str, title: str, path: Pat
     return path
 
 
+TITLE = "# Fine-tuning comparison"
+MODEL_FILES = ("config.json", "adapter_config.json")
+
+
+def check_out(out: Path, paths: list[str], rows: list[dict[str, Any]]) -> None:
+    """`--out` may not overlap what compare reads (an input folder, or the run folder of an input results.json,
+    which a later fine-tuning there would refuse) nor be or lie inside a model folder (saved and published with
+    the model): refused in one line before anything is written."""
+    if blocked := file_in_the_way(out):
+        raise CompareError(f"--out {out} {blocked}; give a folder")
+    for raw in paths:
+        read = Path(raw)
+        if read.is_file() and read.name == RESULTS_FILE:
+            read = read.parent  # a fine-tuning run's folder
+        if overlapping(out, read):
+            raise CompareError(f"--out {out} overlaps the input {raw}: results.md and the plots would go among the "
+                               "results it reads; choose another output folder")
+    target = out.expanduser().resolve()
+    models = {Path(r["model"]).expanduser().resolve() for r in rows if r["model"] and Path(r["model"]).is_dir()}
+    for folder in (target, *target.parents):
+        if folder in models or any((folder / name).is_file() for name in MODEL_FILES):
+            raise CompareError(f"--out {out} {'is' if folder == target else 'lies inside'} the model folder {folder}: "
+                               "results.md and the plots would be saved with the model; choose another output folder")
+
+
+def earlier_plots(out: Path, tasks: set[str]) -> list[Path]:
+    """The plots an earlier compare wrote in `out` for tasks this one has not (the tasks its results.md lists)."""
+    table = out / "results.md"
+    text = table.read_text(encoding="utf-8", errors="replace") if table.is_file() else ""
+    if not text.startswith(TITLE):  # not compare's
+        return []
+    before = set(re.findall(r"^### (\S+) \(", text, flags=re.MULTILINE))
+    return [out / f"{task}.png" for task in sorted(before - tasks) if (out / f"{task}.png").is_file()]
+
+
 def compare(paths: list[str], out: str | Path) -> dict[str, Any]:
     rows = load_results(find_results(paths))
     out = Path(out)
+    check_out(out, paths, rows)
     out.mkdir(parents=True, exist_ok=True)
-    table = markdown_table(rows)
-    (out / "results.md").write_text("# Fine-tuning comparison\n\n" + table, encoding="utf-8")
     by_task = defaultdict(list)
     for row in rows:
         by_task[row["task"]].append(row)
+    for stale in earlier_plots(out, set(by_task)):  # one plot per task compared now, none of an earlier compare's
+        stale.unlink()
+    table = markdown_table(rows)
+    (out / "results.md").write_text(f"{TITLE}\n\n" + table, encoding="utf-8")
     plots = [str(plot_task(task, task_rows, out)) for task, task_rows in sorted(by_task.items())]
     return {"table": str(out / "results.md"), "plots": plots, "rows": rows, "markdown": table}
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from tokenization.folders import write_text_atomic
 from training.compare import UNTRAINED, UNTRAINED_NOTE, save_size_plot
+from training.linear_reads import floor_bar
 from training.run_record import RESULTS_FILE, RecordError, RunRecord
 from training.study import SOURCE_RUN, StudyError, StudySpec, finished, run_name
 
@@ -288,14 +289,6 @@ def reference_rows(spec: StudySpec, floor: dict[str, Any] | None, source: dict[s
     elif "mean" in probe:
         source_text = f"{probe['mean']:.1f} (probe)"
     return row("no-model floor (TF-IDF)", floor_text) + row("English source as it is", source_text)
-
-
-def floor_bar(floor: dict[str, Any]) -> tuple[float, str]:
-    """The bar fine-tuned scores face, with its name: the floor's score, or for STS the stronger of its two
-    no-model reads on test (trained ridge, cosine without training), so that "above" holds against both."""
-    if floor.get("zero_shot") is not None and floor["zero_shot"] > floor["score"]:
-        return floor["zero_shot"], "TF-IDF cosine, no training"
-    return floor["score"], f"TF-IDF, {floor['estimator']}"
 
 
 def floor_verdict(runs: list[dict[str, Any]], spec: StudySpec, task: str, floor: dict[str, Any] | None) -> str:
