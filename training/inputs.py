@@ -58,16 +58,22 @@ def looks_like_hub_id(value: str | None) -> bool:
 
 
 def missing_path(value: str | None) -> str | None:
-    """What is wrong with ``org/name``, valid as a Hub id, that is not here (`resolve_local`) but whose ``org`` is a
-    folder in the working directory: a mistyped path, not a Hub id, named in one line before anything asks the Hub
-    for it (which would retry for a minute offline and then blame the network). None for anything else."""
-    if not _hub_id_form(value) or "/" not in value or resolve_local(value) is not None:
+    """What is wrong with a reference that is not here (`resolve_local`) and is read as a path, not as a Hub id: one
+    that cannot be a Hub repo id (`_hub_id_form`: ``ft/nsmc/model``, ``./model``, ``/abs/model``, ``~/model``,
+    characters no repo id holds), or an ``org/name`` whose ``org`` is a folder in the working directory. A mistyped
+    path, named in one line with the nearest folder that exists, before anything asks the Hub for it (which would
+    retry for a minute offline and then blame the network, or refuse it as a repo id). None for anything else."""
+    if not value or not isinstance(value, str) or resolve_local(value) is not None:
         return None
-    folder = value.split("/")[0]
-    if not os.path.isdir(folder):
-        return None
-    return (f"{value}: no such folder or file ({folder}/ exists here, so it is read as a path, not as a Hub id); "
-            "check the path")
+    if _hub_id_form(value):
+        folder = value.split("/")[0]
+        if "/" not in value or not os.path.isdir(folder):
+            return None
+        return (f"{value}: no such folder or file ({folder}/ exists here, so it is read as a path, not as a Hub id); "
+                "check the path")
+    nearest = next((p for p in Path(value).expanduser().parents if p.is_dir()), None)
+    where = f" (the nearest folder that exists is {str(nearest).rstrip('/')}/)" if nearest is not None else ""
+    return f"{value}: no such folder or file{where}; check the path"
 
 
 def resolve_source(source: str) -> str:
