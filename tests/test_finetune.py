@@ -10,6 +10,7 @@ import copy
 import csv
 import json
 import math
+import os
 import subprocess
 import sys
 import warnings
@@ -1458,3 +1459,27 @@ def test_the_seed_table_marks_an_untrained_best_epoch_and_shows_no_spread_for_on
     assert "best epoch 0 (untrained): no epoch of fine-tuning beat the untrained encoder on dev" in one
     two = table((0, 1, 41.0), (1, 2, 42.0))
     assert "| mean ± std | | 40.50 ± 0.71 | 41.50 ± 0.50 |" in two and "untrained" not in two
+
+
+def test_a_folder_whose_model_code_is_not_this_packages_names_why_it_asks_for_trust(tmp_path):
+    """A folder this package wrote loads without --trust-remote-code; the same folder with its modeling_xpt.py
+    changed (another version's, or edited) is refused saying so, not only that custom code needs trust. Read in a
+    fresh process, as the command does: one that has imported modeling_xpt has the XPT classes registered."""
+    folder = xpt_model_dir(tmp_path / "xpt", word_tokenizer("bert", KOREAN_WORDS))
+    code = ("import sys\nfrom training import task_model\nfrom training.tasks import TaskDataError, spec_from_cli\n"
+            "folder = sys.argv[1]\ntrusted = task_model.trusts_remote_code(folder, False)\n"
+            "try:\n    task_model.load_tokenizer_and_config(folder, spec_from_cli('nsmc'), trusted)\n    print('LOADED')\n"
+            "except TaskDataError as error:\n    print('REFUSED', error)\n")
+
+    def load() -> str:
+        done = subprocess.run([sys.executable, "-c", code, str(folder)], cwd=REPO_ROOT, capture_output=True, text=True,
+                              timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.strip().splitlines()[-1]
+
+    assert load() == "LOADED"
+    with (folder / "modeling_xpt.py").open("a", encoding="utf-8") as edited:
+        edited.write("\n# edited\n")
+    refusal = load()
+    assert refusal.startswith("REFUSED") and ("its configuration_xpt.py and modeling_xpt.py are not this installed "
+                                              "package's: written by another version of it, or edited; read them") in refusal

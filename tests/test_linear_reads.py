@@ -161,6 +161,9 @@ def test_a_probe_run_with_other_options_is_refused_in_its_folder(tmp_path, capsy
     assert finetune.main([*argv, "--max-train-samples", "40"]) == 0  # the same options: the same run
     assert finetune.main([*argv, "--max-train-samples", "30", "--overwrite-output-dir"]) == 0
     assert json.loads((out / "results.json").read_text())["num_examples"]["train"] == 30
+    assert "note: --mode probe" not in capsys.readouterr().err
+    assert finetune.main([*argv, "--max-train-samples", "30", "--seeds", "5", "--learning-rate", "1"]) == 0
+    assert "note: --mode probe trains no model, so --seeds, --learning-rate are not used" in capsys.readouterr().err
 
 
 def test_a_probe_over_a_fine_tuning_run_leaves_none_of_its_files(tmp_path, capsys):

@@ -63,8 +63,12 @@ def load_tokenizer_and_config(model: str, spec: TaskSpec, trust_remote_code: boo
         raise TaskDataError(f"--model {unloadable.message}")
     if Path(model).is_dir() and (wrong := not_a_model_folder(Path(model))):
         raise TaskDataError(f"--model {wrong}")
-    hint = "" if trust_remote_code else (" (if you trust the code in that model folder or repo, pass "
-                                         "--trust-remote-code)")
+    folder = Path(model)
+    other_version = folder.is_dir() and all((folder / n).is_file() for n in ("configuration_xpt.py", "modeling_xpt.py"))
+    hint = "" if trust_remote_code else (
+        " (its configuration_xpt.py and modeling_xpt.py are not this installed package's: written by another "
+        "version of it, or edited; read them, and if you trust them pass --trust-remote-code)" if other_version else
+        " (if you trust the code in that model folder or repo, pass --trust-remote-code)")
     try:
         config = AutoConfig.from_pretrained(model, trust_remote_code=trust_remote_code)
     except Exception as error:  # missing folder, unknown model_type, bad JSON, custom code not trusted ...
