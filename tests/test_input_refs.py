@@ -89,20 +89,24 @@ def converted_folder(tiny, out, source="bert"):
 # ---------------------------------------------------------------- a mistyped path is no Hub id
 
 
+def run_with(tiny, workdir, command: str, flag: str, path: str) -> int:
+    """`command`'s exit status with its `flag` input given as `path` (the other inputs real), output in workdir/out."""
+    (source, tok), out = tiny["bert"], str(workdir / "out")
+    if command == "convert":
+        args = {"source": str(source), "tokenizer": str(tok), flag: path}
+        return convert.main(["--source", args["source"], "--tokenizer", args["tokenizer"], "--out", out])
+    if command == "post_train":
+        return post_train.main(run_args(tiny, out, **{flag: path}))
+    return finetune.main(["--model", path, "--task", "korsts", "--data-dir", str(sts_data(workdir / "sts")),
+                          "--output-dir", out, "--device", "cpu"])
+
+
 @pytest.mark.parametrize("command, flag", [("convert", "source"), ("convert", "tokenizer"), ("post_train", "tokenizer"),
                                            ("post_train", "source"), ("post_train", "data"), ("finetune", "model")])
 def test_a_missing_folder_inside_an_existing_one_is_refused_before_anything_loads(
         tiny, workdir, nothing_loaded, capsys, command, flag):
     typo = "runs/tok-ko" if flag == "tokenizer" else "runs/xpt-ko"
-    (source, tok), out = tiny["bert"], str(workdir / "out")
-    if command == "convert":
-        args = {"source": str(source), "tokenizer": str(tok), flag: typo}
-        rc = convert.main(["--source", args["source"], "--tokenizer", args["tokenizer"], "--out", out])
-    elif command == "post_train":
-        rc = post_train.main(run_args(tiny, out, **{flag: typo}))
-    else:
-        rc = finetune.main(["--model", typo, "--task", "korsts", "--data-dir", str(sts_data(workdir / "sts")),
-                            "--output-dir", out, "--device", "cpu"])
+    rc = run_with(tiny, workdir, command, flag, typo)
     line = error_line(capsys)
     assert rc == 2
     assert f"{typo}: no such folder or file (runs/ exists here, so it is read as a path, not as a Hub id)" in line
@@ -122,15 +126,7 @@ def test_a_missing_path_that_cannot_be_a_hub_id_is_refused_naming_the_nearest_fo
     typo, nearest = {"three parts": (f"runs/ft/{name}", "runs/"), "./": (f"./{name}", "./"),
                      "absolute": (f"{workdir}/runs/ft/{name}", f"{workdir}/runs/"),
                      "~/": (f"~/runs/{name}", f"{workdir}/runs/")}[form]
-    (source, tok), out = tiny["bert"], str(workdir / "out")
-    if command == "convert":
-        args = {"source": str(source), "tokenizer": str(tok), flag: typo}
-        rc = convert.main(["--source", args["source"], "--tokenizer", args["tokenizer"], "--out", out])
-    elif command == "post_train":
-        rc = post_train.main(run_args(tiny, out, **{flag: typo}))
-    else:
-        rc = finetune.main(["--model", typo, "--task", "korsts", "--data-dir", str(sts_data(workdir / "sts")),
-                            "--output-dir", out, "--device", "cpu"])
+    rc = run_with(tiny, workdir, command, flag, typo)
     line = error_line(capsys)
     assert rc == 2
     assert f"{typo}: no such folder or file (the nearest folder that exists is {nearest}); check the path" in line
