@@ -67,8 +67,9 @@ class XPTConfig(PreTrainedConfig):
             Bottleneck width of Houlsby adapters after the attention and feed-forward blocks of the reused
             layers (the paper's Adapters baseline); 0 means no adapters.
         pad_vocab_to_multiple_of (`int`, *optional*, defaults to 64):
-            Rows of the embedding/decoder weights are padded to a multiple of this (tensor-core friendly
-            matmuls). Padding rows are never predicted: logits are cut to `vocab_size`.
+            Rows of the embedding/decoder weights are padded to a multiple of this while training (tensor-core
+            friendly matmuls); padding rows are never predicted (logits are cut to `vocab_size`). Folders the
+            `xpt` package saves hold one row per token and say 1 here.
         classifier_dropout (`float`, *optional*):
             Dropout of classification heads; `hidden_dropout_prob` when unset.
         classifier_pooling (`str`, *optional*, defaults to `"first"`):
