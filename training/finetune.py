@@ -56,7 +56,7 @@ from tqdm.auto import tqdm
 from tokenization.errors import UserError, report_error
 from training import metrics_downstream, sentence_similarity
 from training.finetune_cli import (build_parser, check_options, check_publishable, check_reused_folder,
-                                   hyperparameters, recorded_model, resolve_options)
+                                   hyperparameters, recorded_model, resolve_options, unused_by_a_probe)
 from training.finetune_tables import reads_table, sample_std, summary_table
 from training.publishing import publisher, retry_command
 from training.run_record import RESULTS_FILE, RecordError, RunRecord
@@ -472,6 +472,8 @@ def fine_tune(args) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if note := unused_by_a_probe(args):
+        print(note, file=sys.stderr)
     try:
         run(args)
         return 0

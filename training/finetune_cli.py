@@ -205,9 +205,19 @@ def recorded_model(args) -> str:
     return recorded_ref(str(getattr(args, "given_model", args.model)))
 
 
-# What only fine-tuning reads: given with --mode probe, they are named as unused
+# What only fine-tuning reads: given to the command with --mode probe, they are named as unused
 TRAINING_ONLY = ("seeds", "epochs", "batch_size", "learning_rate", "warmup_ratio", "weight_decay", "max_grad_norm",
                  "patience")
+
+
+def unused_by_a_probe(args) -> str | None:
+    """A note naming the fine-tuning options given to a `--mode probe` run, which trains nothing; else None."""
+    defaults = build_parser()
+    unused = [f"--{name.replace('_', '-')}" for name in TRAINING_ONLY if getattr(args, name) != defaults.get_default(name)]
+    if args.mode != "probe" or not unused:
+        return None
+    return (f"note: --mode probe trains no model, so {', '.join(unused)} {'is' if len(unused) == 1 else 'are'} not used "
+            "(--mode both also fine-tunes)")
 
 
 def check_save_options(args) -> None:
@@ -216,11 +226,6 @@ def check_save_options(args) -> None:
         for flag, value in (("--push-to-hub", args.push_to_hub), ("--peft", args.peft), ("--merge", args.merge)):
             if value:
                 raise TaskDataError(f"{flag} goes with fine-tuning; --mode probe trains no model (use --mode both)")
-        defaults = build_parser()
-        unused = [f"--{name.replace('_', '-')}" for name in TRAINING_ONLY if getattr(args, name) != defaults.get_default(name)]
-        if unused:
-            print(f"note: --mode probe trains no model, so {', '.join(unused)} {'is' if len(unused) == 1 else 'are'} "
-                  "not used (--mode both also fine-tunes)", file=sys.stderr)
     if args.merge and args.peft != "lora":
         raise TaskDataError("--merge merges LoRA weights into the base model: use it with --peft lora")
     if args.merge and args.save_model == "none":
