@@ -296,6 +296,25 @@ def test_trains_its_own_tokenizer_when_none_is_given(tiny, tmp_path):
     assert len(AutoTokenizer.from_pretrained(crashed / "tokenizer")) < len(tok)
 
 
+def test_a_given_tokenizer_is_used_as_it_is_and_a_vocabulary_size_set_beside_it_is_named_unused(tiny, tmp_path):
+    """`--tokenizer X --tokenizer-vocab-size 8000` used to train with X's vocabulary in silence: the size is
+    named as unused. Left at its default, or equal to X's size (a config file's), nothing is said."""
+    from training.config import PostTrainConfig
+    from training.run_setup import get_tokenizer
+
+    tok_dir = tiny["bert"][1]
+    size = len(get_tokenizer(PostTrainConfig(tokenizer=str(tok_dir)), tmp_path, None, "bert", None, print, None)[0])
+    for vocab_size, named in ((8000, True), (PostTrainConfig.tokenizer_vocab_size, False), (size, False)):
+        said = []
+        tokenizer, ref = get_tokenizer(PostTrainConfig(tokenizer=str(tok_dir), tokenizer_vocab_size=vocab_size),
+                                       tmp_path, None, "bert", None, said.append, None)
+        assert len(tokenizer) == size and ref == str(tok_dir)
+        assert bool(said) is named, (vocab_size, said)
+        if named:
+            assert said == [f"note: tokenizer_vocab_size 8000 is not used: the tokenizer {tok_dir} is used as it is, "
+                            f"with {size:,} tokens (leave out tokenizer to train one of that size on the train split)"]
+
+
 def test_max_train_sentences_is_a_seeded_sample_not_the_first_sentences(tmp_path):
     """A prepared corpus keeps its documents' order: the first N train sentences would be one topic. The
     cut is a sample, the same in every run."""

@@ -48,7 +48,12 @@ def get_tokenizer(config: PostTrainConfig, output_dir: Path, splits, source_fam:
     if config.tokenizer:
         path = resolve_local(config.tokenizer)
         with reading_from_hub("tokenizer", config.tokenizer):  # a Hub id the Hub cannot send: one line naming the field
-            return AutoTokenizer.from_pretrained(str(path) if path else config.tokenizer), config.tokenizer
+            tokenizer = AutoTokenizer.from_pretrained(str(path) if path else config.tokenizer)
+        if config.tokenizer_vocab_size not in (len(tokenizer), PostTrainConfig.tokenizer_vocab_size):
+            log(f"note: tokenizer_vocab_size {config.tokenizer_vocab_size} is not used: the tokenizer "
+                f"{config.tokenizer} is used as it is, with {len(tokenizer):,} tokens (leave out tokenizer to train "
+                "one of that size on the train split)")
+        return tokenizer, config.tokenizer
     trained = output_dir / "tokenizer"
     resumed = resume_from is not None and (trained / "tokenizer_config.json").is_file()
     if accelerator.is_main_process and not resumed:
