@@ -55,8 +55,10 @@ def test_efficiency_factor(xpt, scratch, factor, pair, bounded):
     assert (result["xpt_sentences"], result["scratch_sentences"]) == pair
     assert result["lower_bound"] is bounded
     assert f"{factor:g}x" in result["text"]
+    assert ("no gain" in result["text"]) is (factor == 1) and ("at least 1x" not in result["text"])
     assert result["seed_ranges_disjoint"] is (result["xpt_score"] - 0.5 > result["scratch_score"] + 0.5)
-    assert ("(seed ranges disjoint)" if result["seed_ranges_disjoint"] else "(seed ranges overlap)") in result["text"]
+    if factor > 1:  # a factor of 1 is no gain: its text names the sizes instead of a pair's seed ranges
+        assert ("(seed ranges disjoint)" if result["seed_ranges_disjoint"] else "(seed ranges overlap)") in result["text"]
 
 
 def test_efficiency_factor_says_when_the_curves_cross():
@@ -108,7 +110,11 @@ def test_a_factor_needs_scratch_to_gain_from_the_larger_size():
     runs = _runs({"xpt": {100: 62.0, 200: 66.0, 800: 67.0}, "scratch": {100: 60.0, 200: 65.0, 800: 59.0}})
     result = study_report.efficiency_factor(runs, "t")
     assert (result["factor"], result["xpt_sentences"], result["scratch_sentences"]) == (1, 100, 100)
-    assert result["text"].startswith("at least 1x: XPT at 100 sentences matches or beats Scratch at 100")
+    assert result["text"] == "1x within the sizes run, no gain: XPT matches or beats Scratch only with as many sentences " \
+                             "(at 100, 200, 800)"
+    crossing = study_report.efficiency_factor(_runs({"xpt": {100: 58.0, 200: 66.0}, "scratch": {100: 60.0, 200: 65.0}}), "t")
+    assert crossing["factor"] == 1 and crossing["xpt_behind_at"] == [100]
+    assert crossing["text"].endswith("(at 200) and is below it at 100")
     # the same rule on MLM perplexity: every run at one perplexity is no difference
     tied = study_report.efficiency_factor(_runs({"xpt": {100: 40.0, 800: 40.0}, "scratch": {100: 40.0, 800: 40.0}}), None)
     assert tied == {"factor": None, "no_difference": True,

@@ -135,6 +135,10 @@ def _scratch_gains(scratch: dict[int, Any], task: str | None, n: int, m: int) ->
     return m == start or _score(scratch[m], task) > _score(scratch[start], task) + TIE
 
 
+def _listed(sizes) -> str:
+    return ", ".join(f"{n:,}" for n in sizes)
+
+
 def efficiency_factor(runs: list[dict[str, Any]], task: str | None, floor: float | None = None) -> dict[str, Any]:
     """Largest k such that XPT at N sentences matches or beats Scratch at k x N (means over seeds), where
     Scratch at k x N is better than Scratch at N: without that gain, the sentences buy nothing to match.
@@ -168,17 +172,23 @@ def efficiency_factor(runs: list[dict[str, Any]], task: str | None, floor: float
     top = max(scratch)
     bounded = any(_score(xpt[n], task) >= _score(scratch[top], task) for n in xpt)
     best["lower_bound"] = bounded
-    best["text"] = (f"{'at least ' if bounded else ''}{best['factor']:g}x: XPT at {best['xpt_sentences']:,} sentences "
-                    f"matches or beats Scratch at {best['scratch_sentences']:,}")
-    if best.get("one_seed"):
-        best["text"] += " (one seed: no range to compare)"
-    elif "seed_ranges_disjoint" in best:
-        best["text"] += " (seed ranges disjoint)" if best["seed_ranges_disjoint"] else " (seed ranges overlap)"
     # The factor reads as data efficiency only where XPT is not behind Scratch at the same size.
     behind = [n for n in sorted(xpt) if n in scratch and _score(xpt[n], task) < _score(scratch[n], task)]
     if behind:
         best["xpt_behind_at"] = behind
-        best["text"] += (f"; but XPT is below Scratch at the same size at {', '.join(f'{n:,}' for n in behind)} "
+    if best["factor"] == 1:  # "at least 1x" would read as a gain where XPT only keeps level at equal data
+        level = [n for n in sorted(xpt) if n in scratch and n not in behind]
+        best["text"] = ("1x within the sizes run, no gain: XPT matches or beats Scratch only with as many sentences "
+                        f"(at {_listed(level)})" + (f" and is below it at {_listed(behind)}" if behind else ""))
+        return best
+    best["text"] = (f"{'at least ' if bounded else ''}{best['factor']:g}x: XPT at {best['xpt_sentences']:,} "
+                    f"sentences matches or beats Scratch at {best['scratch_sentences']:,}")
+    if best.get("one_seed"):
+        best["text"] += " (one seed: no range to compare)"
+    elif "seed_ranges_disjoint" in best:
+        best["text"] += " (seed ranges disjoint)" if best["seed_ranges_disjoint"] else " (seed ranges overlap)"
+    if behind:
+        best["text"] += (f"; but XPT is below Scratch at the same size at {_listed(behind)} "
                          "sentences, so the curves cross and the factor is not a data-efficiency gain")
     return best
 
