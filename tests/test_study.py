@@ -75,7 +75,10 @@ def test_one_seed_has_no_range_to_be_disjoint():
     one_seed = _runs({"xpt": {1000: 70}, "scratch": {1000: 60}}, spread=0)
     assert study_report.separation(one_seed, "t") == {"1000": {"xpt_above": True, "ranges_disjoint": False,
                                                                "one_seed": True}}
-    assert "(one seed: no range to compare)" in study_report.efficiency_factor(one_seed, "t")["text"]
+    # a factor above 1 names the pair's ranges; with one seed there are none (a factor of 1 names no pair)
+    factor = study_report.efficiency_factor(_runs({"xpt": {1000: 70, 4000: 72}, "scratch": {1000: 60, 4000: 65}},
+                                                  spread=0), "t")
+    assert factor["factor"] == 4 and "(one seed: no range to compare)" in factor["text"]
 
 
 def test_efficiency_factor_not_reached_and_on_perplexity():
