@@ -212,9 +212,11 @@ TRAINING_ONLY = ("seeds", "epochs", "batch_size", "learning_rate", "warmup_ratio
 
 def unused_by_a_probe(args) -> str | None:
     """A note naming the fine-tuning options given to a `--mode probe` run, which trains nothing; else None."""
+    if args.mode != "probe":
+        return None
     defaults = build_parser()
     unused = [f"--{name.replace('_', '-')}" for name in TRAINING_ONLY if getattr(args, name) != defaults.get_default(name)]
-    if args.mode != "probe" or not unused:
+    if not unused:
         return None
     return (f"note: --mode probe trains no model, so {', '.join(unused)} {'is' if len(unused) == 1 else 'are'} not used "
             "(--mode both also fine-tunes)")
