@@ -286,3 +286,36 @@ def test_hold_out_test_is_the_split_the_study_holds_out(shared_data, tmp_path):
     assert not {r["id"] for r in held["train"]} & {r["id"] for r in held["test"]} and len(held["train"]) == 500
     with pytest.raises(TaskDataError, match="already has a test split"):
         load_task_data(get_task("korsts"), shared_data / "tasks" / "korsts", hold_out_test=10)
+
+
+def test_finetuning_that_loses_to_the_floor_says_so_last_and_in_results(tmp_path, capsys):
+    """A cross-encoder that barely trains (learning rate 1e-9) stays below the TF-IDF floor: its run ends
+    with the verdict line naming that, and results.json holds the verdict with the bars it was judged by."""
+    model, data = stock_model_dir(tmp_path / "bert"), toy_sts_dir(tmp_path / "sts")
+    results = finetune.run(args_for(model, "korsts", data, tmp_path / "out", "--pair-encoding", "cross",
+                                    "--learning-rate", "1e-9", "--floor", "--mode", "both", "--max-length", "16"))
+    verdict = json.loads((tmp_path / "out" / "results.json").read_text())["verdict"]
+    assert verdict == results["verdict"] and verdict["compared_with"] == ["probe", "floor"]
+    for split in ("dev", "test"):
+        assert verdict["floor"]["bar"][split] == linear_reads.floor_bar(results["floor"], split)[0]
+        assert verdict["floor"]["finetuned_mean"][split] == results["runs"][0][split]
+        assert verdict["floor"]["finetuned_mean"][split] < verdict["floor"]["bar"][split]
+    assert verdict["floor"]["above"] is False and verdict["above_all"] is False
+    probe = max(results["probe"].values(), key=lambda read: read["dev"])
+    assert verdict["probe"]["bar"] == {"dev": probe["dev"], "test": probe["test"]}
+    assert verdict["probe"]["above"] == all(results["runs"][0][s] > probe[s] for s in ("dev", "test"))
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == verdict["line"] and "BELOW the no-model floor" in last and "0/1 seeds above on test" in last
+
+
+def test_finetuning_without_reads_says_what_to_add():
+    from training.finetune_tables import verdict
+
+    runs = [{"seed": 0, "dev": 71.0, "test": 70.0}, {"seed": 1, "dev": 69.0, "test": float("nan")}]
+    plain = verdict({"split": "test", "runs": runs})
+    assert plain["compared_with"] == [] and "--floor and --mode both" in plain["line"]
+    floor = {"estimator": "ridge alpha=1", "split": "test", "dev": 60.0, "test": 60.0, "zero_shot": {"dev": 65.0, "test": 55.0}}
+    judged = verdict({"split": "test", "runs": runs[:1], "floor": floor})
+    assert judged["floor"]["bar"] == {"dev": 65.0, "test": 60.0}  # the stronger no-model read on each split
+    assert judged["floor"]["above"] is True and judged["above_all"] is True and "BELOW" not in judged["line"]
+    assert verdict({"split": "test", "runs": runs, "floor": floor})["floor"]["above"] is False  # a NaN seed loses

@@ -57,7 +57,7 @@ from tokenization.errors import UserError, report_error
 from training import metrics_downstream, sentence_similarity
 from training.finetune_cli import (build_parser, check_options, check_publishable, check_reused_folder,
                                    hyperparameters, recorded_model, resolve_options, unused_by_a_probe)
-from training.finetune_tables import reads_table, sample_std, summary_table
+from training.finetune_tables import reads_table, sample_std, summary_table, verdict
 from training.publishing import publisher, retry_command
 from training.run_record import RESULTS_FILE, RecordError, RunRecord
 from training.task_encoding import MODEL_INPUTS, build_features, collate, score
@@ -435,6 +435,7 @@ def fine_tune(args) -> dict[str, Any]:
     finally:
         transformers.logging.set_verbosity(verbosity)
     results = {**summarize(spec, runs, args, post_training, splits), "mode": args.mode, **reads}
+    results["verdict"] = verdict(results)
     written = {}
     if kept is not None:
         results["saved_model"] = saved_model_record(kept[0], args.peft, args.merge)
@@ -467,6 +468,7 @@ def fine_tune(args) -> dict[str, Any]:
                                 f"{out_dir / RESULTS_FILE}); fine-tune again with a lower --learning-rate")
     if args.push_to_hub:
         publish(args, out_dir / MODEL_DIR)
+    print(results["verdict"]["line"])
     return results
 
 

@@ -45,3 +45,47 @@ def summary_table(results: dict[str, Any]) -> str:
         lines.append("best epoch 0 (untrained): no epoch of fine-tuning beat the untrained encoder on dev, so that "
                      "seed's scores are the untrained encoder's")
     return "\n".join(lines)
+
+
+def verdict(results: dict[str, Any]) -> dict[str, Any]:
+    """Whether fine-tuning beat what costs no fine-tuning: the frozen encoder's linear probe (`--mode both`; of
+    its poolings the one best on dev) and the no-model floor (`--floor`; `linear_reads.floor_bar`, so STS faces
+    the stronger of the trained TF-IDF ridge and the untrained TF-IDF cosine). Each bar is compared on dev and on
+    the split the run reports, by the seeds' mean, with the number of seeds above it beside; a bar is beaten only
+    where the mean is above it on both. `line` says it in one line, the last one `xpt-finetune` prints."""
+    from training.linear_reads import floor_bar
+
+    splits = ["dev"] + (["test"] if results["split"] == "test" else [])
+    scores = {split: [run[split] for run in results["runs"]] for split in splits}
+    bars: dict[str, dict[str, Any]] = {}
+    if results.get("probe"):
+        pooling, probe = max(results["probe"].items(), key=lambda item: item[1]["dev"])
+        bars["probe"] = {"reading": f"linear probe, {pooling}-pooled (chosen on dev)",
+                         "bar": {split: probe[split] for split in splits}}
+    if results.get("floor"):
+        readings = {split: floor_bar(results["floor"], split) for split in splits}
+        bars["floor"] = {"reading": readings[results["split"]][1],
+                         "bar": {split: reading[0] for split, reading in readings.items()}}
+    for bar in bars.values():
+        bar["finetuned_mean"] = {split: statistics.fmean(values) for split, values in scores.items()}
+        bar["seeds_above"] = {split: sum(v > bar["bar"][split] for v in values) for split, values in scores.items()}
+        bar["above"] = all(bar["finetuned_mean"][split] > bar["bar"][split] for split in splits)  # NaN: below
+    split = results["split"]
+    mean = statistics.fmean(scores[split])
+    where = f"{mean:.2f} on {split}" + (f" (dev {statistics.fmean(scores['dev']):.2f})" if split != "dev" else "")
+    if not bars:
+        line = (f"verdict: fine-tuned {where}, compared with nothing: add --floor and --mode both to learn whether "
+                "it beats the no-model floor and the frozen encoder's linear probe")
+        return {"compared_with": [], "line": line}
+    names = {"probe": "the frozen encoder's linear probe", "floor": "the no-model floor"}
+    parts = []
+    for name, bar in bars.items():
+        figures = ", ".join(f"{bar['bar'][s]:.2f} on {s}" for s in reversed(splits))
+        seeds = f"{bar['seeds_above'][split]}/{len(scores[split])} seeds above on {split}"
+        parts.append(f"{'above' if bar['above'] else 'BELOW'} {names[name]} ({figures}; {seeds})")
+    line = f"verdict: fine-tuned {where} is " + " and ".join(parts)
+    if not all(bar["above"] for bar in bars.values()):
+        better = " and ".join(names[n] for n, bar in bars.items() if not bar["above"])
+        line += f": {better} serves this task at least as well as this fine-tuned model"
+    return {"compared_with": list(bars), **bars, "above_all": all(bar["above"] for bar in bars.values()),
+            "line": line}
