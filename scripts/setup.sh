@@ -26,7 +26,7 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   # Pinned: an unpinned torch pulls a multi-GB CUDA build where a CPU build is wanted.
   .venv/bin/python -m pip install -q "${XPT_TORCH_SPEC:-torch==2.13.0}"
 fi
-.venv/bin/python -m pip install -q -e ".[offline-source,dev,space]"
+.venv/bin/python -m pip install -q -e ".[offline-source,dev,space,sentence-transformers]"
 # konlpy's bundled Korean text is the demo's fallback corpus; only its files are read, so its Java
 # bridge (JPype) is not needed.
 .venv/bin/python -m pip install -q --no-deps "konlpy>=0.6"

@@ -331,8 +331,9 @@ def test_cli_xpt_folder_on_korsts_writes_results_json(shared_data, korean_tokeni
     assert all(f"| {seed} | 0 (untrained) |" in result.stdout for seed in untrained)
     assert ("best epoch 0 (untrained): no epoch of fine-tuning beat" in result.stdout) == bool(untrained)
     # the saved bi-encoder is a sentence encoder: the printed line loads it as one and says how it pools
-    assert (f'load the model: from transformers import AutoModel; AutoModel.from_pretrained("{out / "model"}", '
-            "trust_remote_code=True): a sentence vector is the mean of last_hidden_state") in result.stdout
+    assert (f'load the model: from sentence_transformers import SentenceTransformer; SentenceTransformer("'
+            f'{out / "model"}", trust_remote_code=True), or from transformers import AutoModel; AutoModel.from_pretrained('
+            f'"{out / "model"}", trust_remote_code=True): a sentence vector is the mean of last_hidden_state') in result.stdout
 
 
 def test_predictions_come_back_in_the_features_order(tmp_path):

@@ -19,7 +19,7 @@ from tests.test_finetune import args_for, stock_model_dir, toy_sentiment_dir, to
 from tests.model_factories import KOREAN_WORDS, word_tokenizer
 from modeling_xpt.tokenizer_files import VOCABULARY_ROWS
 from tests.post_train_helpers import WORDS
-from training import compare, finetune, linear_reads
+from training import compare, finetune, linear_reads, sentence_similarity
 from training.tasks import TaskDataError, get_task, load_task_data
 
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # reset Accelerate's per-process state after each test
@@ -319,3 +319,30 @@ def test_finetuning_without_reads_says_what_to_add():
     assert judged["floor"]["bar"] == {"dev": 65.0, "test": 60.0}  # the stronger no-model read on each split
     assert judged["floor"]["above"] is True and judged["above_all"] is True and "BELOW" not in judged["line"]
     assert verdict({"split": "test", "runs": runs, "floor": floor})["floor"]["above"] is False  # a NaN seed loses
+
+
+def test_bi_encoder_folder_loads_in_sentence_transformers_with_the_same_vectors(tmp_path):
+    """An XPT bi-encoder fine-tuned on STS is saved in sentence-transformers' layout: SentenceTransformer loads
+    it (through its remote code) and gives the package's mean-pooled sentence vectors, whose cosines are the
+    fine-tuned model's predictions."""
+    st = pytest.importorskip("sentence_transformers", reason="sentence-transformers is an optional extra "
+                             "(pip install 'xpt[sentence-transformers]'); the layout is checked where it is installed")
+    from transformers import AutoModel, AutoTokenizer
+
+    model = xpt_model_dir(tmp_path / "xpt", word_tokenizer("bert", KOREAN_WORDS))
+    data = toy_sts_dir(tmp_path / "sts")
+    results = finetune.run(args_for(model, "korsts", data, tmp_path / "out", "--pair-encoding", "bi", "--learning-rate",
+                                    "1e-3", "--max-length", "16", "--epochs", "2"))
+    saved = tmp_path / "out" / "model"
+    assert all((saved / name).is_file() for name in sentence_similarity.SENTENCE_TRANSFORMERS_FILES)
+    loaded = st.SentenceTransformer(str(saved), trust_remote_code=True, device="cpu")
+    assert loaded.max_seq_length == 16  # read from the saved layout (without it: the tokenizer's 512)
+    rows = load_task_data(get_task("korsts"), data)["test"]
+    encoder = AutoModel.from_pretrained(saved, trust_remote_code=True).eval()
+    tokenizer = AutoTokenizer.from_pretrained(saved)
+    ours = [linear_reads.encode(encoder, tokenizer, [r[c] for r in rows], 16)["mean"] for c in ("sentence1", "sentence2")]
+    theirs = [loaded.encode([r[c] for r in rows], convert_to_numpy=True, batch_size=8) for c in ("sentence1", "sentence2")]
+    assert all(np.allclose(a, b, atol=1e-5) for a, b in zip(theirs, ours))
+    u, v = ours  # the reloaded encoder is the fine-tuned one: its cosines give the run's test score
+    cosine = np.round((u * v).sum(1) / (np.linalg.norm(u, axis=1) * np.linalg.norm(v, axis=1)), linear_reads.ROUND_COSINE)
+    assert 100 * spearmanr(cosine, [float(r["score"]) for r in rows])[0] == pytest.approx(results["scores"][0], abs=0.5)

@@ -171,7 +171,7 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
 
         model = sentence_similarity.CosineSimilarityRegressor(
             AutoModel.from_pretrained(args.model, trust_remote_code=args.trust_remote_code), spec.label_range or (0.0, 1.0),
-            loss=args.sts_loss)
+            loss=args.sts_loss, max_seq_length=max_input_length(args.max_length, tokenizer, config))
     else:
         model = load_model(args.model, spec, config, spec.labels, args.pooling, args.trust_remote_code)
     accepted = accepted_inputs(model)

@@ -166,7 +166,8 @@ def model_usage(model_dir: Path, task_type: str, bi_encoder: bool) -> str:
     config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
     trust = ", trust_remote_code=True" if config.get("auto_map") else ""
     if bi_encoder:
-        return (f'from transformers import AutoModel; AutoModel.from_pretrained("{model_dir}"{trust}): a sentence '
+        return (f'from sentence_transformers import SentenceTransformer; SentenceTransformer("{model_dir}"{trust}), '
+                f'or from transformers import AutoModel; AutoModel.from_pretrained("{model_dir}"{trust}): a sentence '
                 "vector is the mean of last_hidden_state over the attention mask; similarity is their cosine")
     task = PIPELINE_TASKS.get(task_type, "text-classification")
     return f'from transformers import pipeline; pipeline("{task}", model="{model_dir}"{trust})'

@@ -21,11 +21,16 @@ On KorSTS's 5,749 training pairs it scored higher than MSE on dev with every see
 
 Written here because sentence-transformers is not a dependency of this package and the module is a
 few dozen lines; the encoder is any `AutoModel` (XPT or stock), and `save_pretrained` saves that
-encoder, which `AutoModel.from_pretrained` loads as a sentence encoder (mean pooling).
+encoder, which `AutoModel.from_pretrained` loads as a sentence encoder (mean pooling), in the folder
+layout of sentence-transformers (`SENTENCE_TRANSFORMERS_FILES`), so that
+`SentenceTransformer(folder, trust_remote_code=True)` gives the same sentence vectors.
 """
 from __future__ import annotations
 
 from typing import Any
+
+import json
+from pathlib import Path
 
 import torch
 from transformers.modeling_outputs import SequenceClassifierOutput
@@ -58,8 +63,10 @@ class CosineSimilarityRegressor(torch.nn.Module):
     """The bi-encoder above around `encoder`; `label_range` is the task's (low, high) score range;
     `loss` "cosent" (the order of the scores) or "mse" (the score's place in the range)."""
 
-    def __init__(self, encoder: torch.nn.Module, label_range: tuple[float, float], loss: str = "cosent"):
+    def __init__(self, encoder: torch.nn.Module, label_range: tuple[float, float], loss: str = "cosent",
+                 max_seq_length: int = 512):
         super().__init__()
+        self.max_seq_length = max_seq_length  # the longest input it was trained on, saved for sentence-transformers
         if loss not in LOSSES:
             raise ValueError(f"loss {loss!r} is not one of {LOSSES}")
         self.encoder = encoder
@@ -84,8 +91,34 @@ class CosineSimilarityRegressor(torch.nn.Module):
         rounded = torch.round(cosine.detach(), decimals=ROUND_COSINE)
         return SequenceClassifierOutput(loss=loss, logits=(self.low + (self.high - self.low) * rounded).unsqueeze(-1))
 
-    def save_pretrained(self, folder: str, **kwargs) -> None:
-        self.encoder.save_pretrained(folder, **kwargs)
+    def save_pretrained(self, folder: str, state_dict: dict[str, torch.Tensor] | None = None, **kwargs) -> None:
+        """The encoder's folder; a `state_dict` given (this module's, as `modeling_xpt.save_model_folder` passes
+        one to trim XPT's padding rows) is the encoder's under the prefix ``encoder.``, saved without it."""
+        if state_dict is not None:
+            state_dict = {name.removeprefix("encoder."): weight for name, weight in state_dict.items()}
+        self.encoder.save_pretrained(folder, state_dict=state_dict, **kwargs)
+        write_sentence_transformers_layout(folder, self.config.hidden_size, self.max_seq_length)
+
+
+# The modules of a sentence-transformers folder: the encoder at the folder's root, then mean pooling; the
+# names sentence-transformers 2.x to 6.x read (6.x moved the classes and still loads these names).
+SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "1_Pooling/config.json",
+                               "config_sentence_transformers.json")
+
+
+def write_sentence_transformers_layout(folder: str | Path, hidden_size: int, max_seq_length: int) -> None:
+    """`SENTENCE_TRANSFORMERS_FILES` in `folder`, beside the encoder's own files: the sentence vector is the
+    mean of the last hidden states over the real tokens (`mean_pool`), compared by cosine."""
+    folder = Path(folder)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    pooling = {"word_embedding_dimension": hidden_size, "pooling_mode_cls_token": False,
+               "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False,
+               "pooling_mode_mean_sqrt_len_tokens": False}
+    (folder / "1_Pooling").mkdir(exist_ok=True)
+    for name, content in zip(SENTENCE_TRANSFORMERS_FILES, (modules, {"max_seq_length": max_seq_length, "do_lower_case": False},
+                                                          pooling, {"similarity_fn_name": "cosine"})):
+        (folder / name).write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
 
 
 def encode_pairs(text_columns: list[str], label_column: str, rows: list[dict[str, Any]], tokenizer,
