@@ -312,6 +312,21 @@ def test_export_stock_keeps_the_records_and_refuses_a_classifier(source, tok, tm
     assert not (tmp_path / "cls-stock").exists()
 
 
+def test_export_stock_refuses_a_model_whose_logits_are_not_finite(source, tok, tmp_path):
+    """A diverged model's weights are NaN: the same-logits check compares NaN with NaN, which is no match
+    (a NaN difference once passed as "max logit difference nan"); refused in one line, nothing written."""
+    model = from_source(source, tok)
+    with torch.no_grad():
+        model.lm_head.bias.fill_(float("nan"))
+    model.save_pretrained(tmp_path / "xpt")
+    tok.save_pretrained(tmp_path / "xpt")
+    done = subprocess.run([sys.executable, "-m", "training.export_stock", str(tmp_path / "xpt"), str(tmp_path / "stock")],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1 and "not finite" in errors[0], done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and not (tmp_path / "stock").exists()
+
+
 # ---------------------------------------------------------------- bad input
 
 

@@ -63,6 +63,18 @@ def test_tied_logits_give_the_expected_rank_of_a_random_order():
     assert m["hits@5"] == 1.0 and m["mrr"] == pytest.approx((1 / 2 + 1 / 3 + 1 / 4) / 3)
 
 
+def test_nan_logits_are_misses_never_perfect_hits():
+    """A diverged model's logits are NaN: no logit is above or tied with a NaN gold logit, which once made
+    (k - 0) / 0 count as a hit at every k. A NaN gold logit ranks last, and a NaN elsewhere ranks above it."""
+    vocab = 12
+    m = masked_lm_metrics(torch.full((3, vocab), float("nan")), torch.tensor([0, 2, 11]))
+    assert all(m[f"hits@{k}"] == 0.0 for k in (1, 3, 5, 10)) and m["mean_rank"] == vocab
+    assert m["mrr"] == pytest.approx(1 / vocab) and math.isnan(m["loss"]) and math.isnan(m["perplexity"])
+    one_nan = torch.tensor([[0.0, float("nan"), 2.0, 1.0, -1.0]])  # gold 2 is the largest number, one logit is NaN
+    m = masked_lm_metrics(one_nan, torch.tensor([2]))
+    assert m["hits@1"] == 0.0 and m["hits@3"] == 1.0 and m["mean_rank"] == 2.0
+
+
 def test_unigram_output_bias_starts_at_the_training_token_frequencies(tiny):
     import datasets
 

@@ -192,6 +192,32 @@ def test_the_command_line_run_ends_by_destroying_its_process_group(tiny, tmp_pat
         reset_accelerate()
 
 
+def test_a_diverged_run_stops_in_one_line_and_records_no_metrics(tiny, tmp_path, capsys):
+    """A learning rate of 1e4 without clipping makes every loss NaN: the run stops at the step whose loss
+    went non-finite, says so in one line and exits 1; its summary says `diverged` and holds no metrics (NaN
+    logits once scored hits@1 = 1.0), and no model is saved. A resume of it says the same, trains nothing."""
+    out = tmp_path / "diverged"
+    args = run_args(tiny, out, learning_rate=1e4, phase1_learning_rate=1e4, max_grad_norm=0)
+    assert post_train.main(args) == 1
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in err, err
+    summary = json.loads((out / "training_summary.json").read_text())
+    step = summary["diverged"]["step"]
+    assert "went non-finite" in errors[0] and f"at step {step} " in errors[0] and "learning_rate" in errors[0]
+    logged = losses(out)
+    assert math.isfinite(logged[0]["loss"]) and logged[-1]["step"] == step  # the training loss, or the valid loss after it
+    assert not math.isfinite(logged[-1]["loss"]) or summary["diverged"]["what"] == "valid loss"
+    assert summary["total_steps"] == step < 8 and summary["diverged"]["loss"] in ("nan", "inf", "-inf")
+    assert not {"valid_metrics", "final_metrics", "frequency_baseline"} & set(summary)
+    assert all(math.isfinite(h["loss"]) and h["hits@1"] < 1 for h in summary.get("valid_history", []))
+    assert not (out / "model.safetensors").exists() and not (out / "config.json").exists()
+    reset_accelerate()
+    assert post_train.main(args + ["--resume", "latest"]) == 1
+    again = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(again) == 1 and f"at step {step} " in again[0]
+
+
 def test_cpu_default_splits_a_large_batch_into_micro_batches_with_the_same_losses(tiny, tmp_path, monkeypatch, capsys):
     """Without per_device_batch_size a CPU runs at most CPU_MICRO_BATCH_TOKENS tokens per forward pass
     (lowered here to 2 rows of 32 tokens); the step's gradient is the same token mean as one forward pass."""

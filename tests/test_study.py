@@ -524,6 +524,22 @@ def test_a_diverged_post_training_run_is_refused_not_committed(tmp_path, monkeyp
         study.stage_post_train(spec, out, out / "data", out / "tokenizer", "xpt", 10)
 
 
+def test_a_post_training_run_that_stops_diverged_is_refused_not_committed(tmp_path, monkeypatch):
+    """Post-training stops where its loss goes non-finite (RunDiverged, exit 1): the study refuses that run with
+    its own advice, naming the step, and commits nothing."""
+    from training.run_record import RunDiverged
+
+    spec = study.StudySpec(sizes=[10], methods=["xpt"], tasks={"t": study_spec.TaskEntry(data_dir="x")})
+    out = tmp_path / "study"
+    out.mkdir()
+    diverged = {"step": 3, "phase": "phase1", "what": "valid loss", "loss": "nan"}
+    _fake_post_training(monkeypatch, error=RunDiverged.of(out / "models" / ".tmp-xpt-10", diverged))
+    with pytest.raises(study.StudyError, match=r"post-training xpt-10 \(step 3\) diverged \(final loss nan\): start "
+                                               r"the study again in another --out"):
+        study.stage_post_train(spec, out, out / "data", out / "tokenizer", "xpt", 10)
+    assert not (out / "models" / "xpt-10").exists()
+
+
 def test_an_interrupted_run_resumes_with_the_paths_its_checkpoint_recorded(tmp_path, monkeypatch):
     """A study started with a relative --out recorded relative paths; resumed with the absolute --out, each
     setting that names the same folder is given as recorded. Checkpoints that cannot be resumed from are one

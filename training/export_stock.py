@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import sys
 from pathlib import Path
@@ -68,6 +69,10 @@ def main(argv=None) -> int:
     sample = tokenizer(tokenizer.decode(ids[0], skip_special_tokens=True) or "a", return_tensors="pt")
     with torch.no_grad():
         difference = (model(**sample).logits - stock(**sample).logits).abs().max().item()
+    if math.isnan(difference):  # NaN compares as no larger than any tolerance: it is no match
+        raise UserError(f"the logits of {args.model_dir} are not finite (NaN: its weights hold NaN or infinity, as "
+                        f"after a diverged training run); export a model that trained without diverging (nothing "
+                        f"written to {args.out})")
     if difference > args.tolerance:
         raise UserError(f"stock export differs from the XPT model by {difference:.2e} (> {args.tolerance}); "
                         f"nothing written to {args.out}")

@@ -28,10 +28,15 @@ METRIC_NAMES = ("loss", "perplexity") + tuple(f"hits@{k}" for k in HITS_AT) + ("
 
 def gold_ranks(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """For each row: how many logits are larger than the gold token's (`a`), and how many equal it,
-    the gold token itself included (`t` >= 1). Its rank is a+1..a+t, each with chance 1/t."""
+    the gold token itself included (`t` >= 1). Its rank is a+1..a+t, each with chance 1/t. A NaN (a
+    diverged model's) is a miss, never a hit: a NaN logit counts as larger than the gold one, and a NaN
+    gold logit ranks last (NaN compares as neither larger nor equal, so `t` would be 0 and (k - a) / t
+    would count a hit at every k)."""
     logits = logits.float()
     gold = logits.gather(1, labels.view(-1, 1))
-    return (logits > gold).sum(dim=1), (logits == gold).sum(dim=1)
+    above, tied = ((logits > gold) | logits.isnan()).sum(dim=1), (logits == gold).sum(dim=1)
+    lost = gold.squeeze(1).isnan()
+    return above.masked_fill(lost, logits.shape[1] - 1), tied.masked_fill(lost, 1)
 
 
 @dataclass

@@ -72,7 +72,7 @@ from training.mlm_data import build_token_rows, describe_data_source
 from training.publishing import publisher, retry_command
 from training.run_record import LOSS_LOG, SUMMARY_FILE, BatchRecord, DataRecord, PhaseRecord, RunRecord, logged_step
 from training.run_setup import (check_resumed_settings, claim_output_dir, dry_run, finished_run, get_tokenizer,
-                                hardware, load_splits, resume_point, row_statistics, start_run)
+                                hardware, load_splits, resume_point, row_statistics, start_run, stop_if_diverged)
 from training.step import SpeedSettings, build_optimizer, compile_for_training, training_step
 
 
@@ -337,6 +337,7 @@ def run_phase(run: Run, state: RunState, phase_index: int, progress, *, resume_f
             tick_from, tick_tokens = state.train_time_s, 0
         if step % config.eval_steps == 0 and state.phase_step < phase.steps:
             stopped_early = evaluate_during_phase(run, state, phase)
+        stop_if_diverged(run, state, phase.name, step_loss, progress)  # before anything is saved of NaN weights
         # on the cadence within a phase (a phase's last step: with the next one's optimiser), and at the run's end
         # (in a slot of its own, removed once the outputs are written: `write_outputs`)
         run_end = phase_index == len(run.phases) - 1 and (state.phase_step == phase.steps or stopped_early)
@@ -394,6 +395,7 @@ def write_outputs(run: Run, state: RunState) -> RunRecord:
     model.eval()
     valid_metrics = evaluate(model, run.rows["valid"], accelerator=accelerator, batch_size=run.micro,
                              collate_kwargs=run.eval_kwargs)
+    stop_if_diverged(run, state, state.phase_records[-1].name, valid_metrics["loss"], what="valid loss")
     final_split = "test" if "test" in run.rows and len(run.rows["test"]) else "valid"
     final_metrics = valid_metrics if final_split == "valid" else evaluate(
         model, run.rows["test"], accelerator=accelerator, batch_size=run.micro, collate_kwargs=run.eval_kwargs)

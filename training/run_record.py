@@ -44,6 +44,24 @@ class RecordError(UserError):
     field this version does not have. The message is one line naming the file and what to do."""
 
 
+class RunDiverged(UserError):
+    """A post-training run whose loss went non-finite: it stopped there, with no model and no metrics, and its
+    record says `diverged`. Exit status 1, not 2: the settings are valid, the run did not converge with them."""
+
+    exit_code = 1
+
+    @classmethod
+    def of(cls, folder: str | Path, diverged: dict[str, Any]) -> RunDiverged:
+        """The one line for the run in `folder` whose record says `diverged`."""
+        error = cls(f"the {diverged.get('what', 'loss')} went non-finite ({diverged.get('loss')}) at step "
+                    f"{diverged.get('step')} ({diverged.get('phase')}): the run in {folder} diverged and stopped "
+                    f"there, with no model and no metrics ({SUMMARY_FILE} says so); train again with a lower "
+                    "learning_rate (and phase1_learning_rate), more warmup_steps or max_grad_norm > 0, in another "
+                    "--output-dir or with --overwrite-output-dir true")
+        error.diverged = diverged
+        return error
+
+
 def logged_step(line: str) -> int | None:
     """The step of a losses.jsonl line; None for a line torn by a crash in mid-write (dropped on resume)."""
     try:
@@ -122,6 +140,9 @@ class RunRecord:
     # RESUME_FREE): [{"step": N, "changed": {field: [old, new]}}], the change applying from step N + 1
     setting_changes: list[dict[str, Any]] = field(default_factory=list)
     config: dict[str, Any] | None = None  # the PostTrainConfig of the run
+    # a run whose loss went non-finite: {"step", "phase", "what" (training or valid loss), "loss"}; it stopped at
+    # that step and records no model or metrics computed on NaN (RunDiverged)
+    diverged: dict[str, Any] | None = None
 
     # -- JSON --------------------------------------------------------------------------------
     @classmethod

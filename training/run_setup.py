@@ -1,10 +1,12 @@
 """Setting up one post-training launch, before its first step: Accelerate and the speed settings, the
 output folder (claimed, or refused), the checkpoint to resume from and the settings it was started
-with, the text splits and the tokenizer. `training/post_train.py` calls these in order.
+with, the text splits and the tokenizer. `training/post_train.py` calls these in order. Also the stop
+of a run whose loss went non-finite, with its record (`stop_if_diverged`).
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import shutil
@@ -25,10 +27,10 @@ from training.checkpointing import checkpoint_problem, latest_checkpoint, latest
 from training.config import PostTrainConfig, describe_plan
 from training.config_checks import (data_to_read, listed_changes, missing_data, refuse_changed_resume, resume_changes,
                                     validate_config)
-from training.inputs import reading_from_hub, resolve_local, uncached
+from training.inputs import reading_from_hub, recorded_ref, resolve_local, uncached
 from training.mlm_data import check_target_script, load_text_splits, row_stats, rows_fingerprint
-from training.run_record import (CARD_FILE, CARD_OPTIONS_FILE, CURVE_FILE, LOSS_LOG, SUMMARY_FILE, RunRecord,
-                                 hand_written_card)
+from training.run_record import (CARD_FILE, CARD_OPTIONS_FILE, CURVE_FILE, LOSS_LOG, SUMMARY_FILE, DataRecord,
+                                 RunDiverged, RunRecord, hand_written_card)
 from training.step import SpeedSettings, cpu_class, cpu_model_name, describe_speed, resolve_speed, retain_freed_memory
 
 
@@ -234,6 +236,8 @@ def finished_run(config: PostTrainConfig, output_dir: Path, log) -> RunRecord | 
     if config.resume != "latest" or not (output_dir / SUMMARY_FILE).exists():
         return None
     record = RunRecord.read(output_dir)
+    if record.diverged:  # it stopped where its loss went non-finite: resuming would diverge again
+        raise RunDiverged.of(output_dir, record.diverged)
     if record.config:
         shaping, _ = resume_changes(record.config, config.to_dict())
         if shaping:
@@ -350,3 +354,39 @@ def row_statistics(rows: dict, splits: dict, tokenizer, state, resume_from: Path
                               "the held-out text it started with, or start a new run in another --output-dir")
     state.data_fingerprint = fingerprints
     return stats
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def stop_if_diverged(run, state, phase: str, loss: float, progress=None, what: str = "training loss") -> None:
+    """Stop the run where `loss` (`what`, at step `state.step`), or the loss of an evaluation on valid after that
+    step, is not a finite number: the weights are NaN (or infinite) from there on, so nothing more is checkpointed,
+    evaluated or saved of them. `training_summary.json` says `diverged` (the step, the phase, which loss, its
+    value) and keeps what the run recorded before (valid evaluations with a finite loss only), with no model and
+    no metrics; `RunDiverged` names the step in one line (exit 1)."""
+    after = [("valid loss", entry["loss"]) for entry in state.valid_history if entry.get("step") == state.step]
+    bad = next(((name, value) for name, value in [(what, loss), *after] if not _finite(value)), None)
+    if bad is None:
+        return
+    if progress is not None:
+        progress.close()  # the error line below is a line of its own
+    config, accelerator = run.config, run.accelerator
+    run.add_wall_time(state)
+    diverged = {"step": state.step, "phase": phase, "what": bad[0], "loss": str(bad[1])}
+    record = RunRecord(
+        method=config.method, tokenizer=recorded_ref(run.tokenizer_ref), data=DataRecord(spec=recorded_ref(run.data)),
+        source_model=f"{config.source} ({run.source})" if config.source.startswith("package:") else recorded_ref(config.source),
+        phases=[replace(p, valid_loss=p.valid_loss if _finite(p.valid_loss) else None) for p in state.phase_records],
+        total_steps=state.step, tokens_seen=state.tokens_seen, wall_time_s=round(state.wall_time_s, 2),
+        train_time_s=round(state.train_time_s, 2), hardware=hardware(accelerator, run.speed),
+        valid_history=[entry for entry in state.valid_history if _finite(entry.get("loss"))],
+        resumed=run.resume_from is not None, setting_changes=state.setting_changes, config=config.to_dict(),
+        diverged=diverged)
+    if accelerator.is_main_process:
+        record.write(run.output_dir)
+        if not config.keep_checkpoints:  # as a finished run: its checkpoints cannot be resumed from
+            shutil.rmtree(run.output_dir / "checkpoints", ignore_errors=True)
+    accelerator.wait_for_everyone()
+    raise RunDiverged.of(run.output_dir, diverged)

@@ -169,7 +169,7 @@ def stage_post_train(spec: StudySpec, out: Path, data: Path, tokenizer: Path, me
     from tokenization.errors import ConfigError
     from training.config import config_from_dict
     from training.post_train import train
-    from training.run_record import RecordError, RunRecord
+    from training.run_record import RecordError, RunDiverged, RunRecord
 
     name = run_name(method, size)
     final = out / "models" / name
@@ -197,6 +197,8 @@ def stage_post_train(spec: StudySpec, out: Path, data: Path, tokenizer: Path, me
         if error.field != "resume":
             raise
         raise resume_refusal(name, tmp, config) from None
+    except RunDiverged as error:  # stopped at the step where its loss went non-finite: refused, never committed
+        check_converged(f"{name} (step {error.diverged['step']})", {"loss": float(error.diverged["loss"])})
     check_converged(name, summary.final_metrics)
     commit(tmp, final, {"tokens_seen": summary.tokens_seen, "wall_time_s": summary.wall_time_s})
     return final
