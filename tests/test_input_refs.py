@@ -134,6 +134,23 @@ def test_a_missing_path_that_cannot_be_a_hub_id_is_refused_naming_the_nearest_fo
     assert not (workdir / "out").exists()
 
 
+@pytest.mark.parametrize("command, flag", [("post_train", "source"), ("finetune", "model"), ("convert", "source")])
+def test_weights_cut_short_are_named_in_one_line_and_nothing_is_written(tiny, workdir, capsys, command, flag):
+    """A model.safetensors cut short (a failed copy or download) once ended in safetensors' "incomplete metadata"
+    traceback, after fine-tuning had made its output folder: now one line naming the file, before anything is
+    written."""
+    import shutil
+
+    folder = workdir / "cut-model"
+    shutil.copytree(tiny["bert"][0], folder)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    rc = run_with(tiny, workdir, command, flag, str(folder))
+    line = error_line(capsys)
+    assert rc == 2 and str(weights) in line and "damaged or cut short" in line, line
+    assert not (workdir / "out").exists()
+
+
 def test_a_dry_run_leaves_a_folder_an_earlier_step_writes_to_the_run(tiny, workdir, capsys):
     """The shipped configs name runs/tok-ko before step 2 writes it: the plan passes, the run is refused at once."""
     args = run_args(tiny, workdir / "out", tokenizer="runs/tok-ko")

@@ -218,6 +218,22 @@ def check_json_files(folder: Path, role: str, fix: str) -> None:
                                   f"{str(error).splitlines()[0][:120]}): the file is damaged or cut short; {fix}") from None
 
 
+def damaged_weights(folder: Path) -> str | None:
+    """For a local model folder, the first weights file (`*.safetensors`) that does not open, named with the
+    reason (a file cut short by a failed copy or download: safetensors' header and the file's size disagree), for
+    a one-line refusal before anything is written; None when every one opens. Only the headers are read."""
+    from safetensors import SafetensorError, safe_open
+
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt"):
+                pass
+        except (SafetensorError, OSError) as error:
+            first = (str(error).strip().splitlines() or [""])[0][:120]
+            return f"{path} does not load ({type(error).__name__}: {first}): the file is damaged or cut short"
+    return None
+
+
 def check_source_and_tokenizer(source: str, tokenizer: str | None, present: bool = True) -> str:
     """The English source (Hub id, folder or "package:NAME") and the target tokenizer, checked before
     anything loads: missing local paths, folders without a checkpoint or tokenizer, a source XPT does not
@@ -226,7 +242,8 @@ def check_source_and_tokenizer(source: str, tokenizer: str | None, present: bool
     `present` (a run, `xpt-convert`): a mistyped path (`missing_path`) and an uncached Hub id offline are
     refused too; a dry run passes False, since an earlier step may not have written the folder yet (as the
     data), and notes what offline mode cannot load. Returns the source as a loadable reference. Shared by
-    post-training and `xpt-convert` (training/convert.py)."""
+    post-training and `xpt-convert` (training/convert.py). A run also refuses weights that do not open
+    (`damaged_weights`)."""
     given, source = source, resolve_source(source)
     for field, value, kind in (("source", source, "model"), ("tokenizer", tokenizer, "tokenizer")):
         if value is None or resolve_local(value) is not None:
@@ -242,6 +259,8 @@ def check_source_and_tokenizer(source: str, tokenizer: str | None, present: bool
     local = resolve_local(source)
     if local is not None and (wrong := not_a_model_folder(local)):
         raise ConfigError("source", wrong)
+    if local is not None and present and (damaged := damaged_weights(local)):
+        raise ConfigError("source", f"{damaged}; download or copy the model again, and check the path")
     local_tok = resolve_local(tokenizer) if tokenizer is not None else None
     if local_tok is not None and local_tok.is_dir() and not any(
             (local_tok / f).is_file() for f in TOKENIZER_FILES):

@@ -9,7 +9,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from training.inputs import (hub_unreachable, is_connection_error, looks_like_hub_id, missing_path,
+from training.inputs import (damaged_weights, hub_unreachable, is_connection_error, looks_like_hub_id, missing_path,
                              not_a_model_folder, uncached)
 from training.tasks import TaskDataError, TaskSpec
 
@@ -63,6 +63,8 @@ def load_tokenizer_and_config(model: str, spec: TaskSpec, trust_remote_code: boo
         raise TaskDataError(f"--model {unloadable.message}")
     if Path(model).is_dir() and (wrong := not_a_model_folder(Path(model))):
         raise TaskDataError(f"--model {wrong}")
+    if Path(model).is_dir() and (damaged := damaged_weights(Path(model))):
+        raise TaskDataError(f"--model {damaged}: copy or download the model again, or give another one")
     folder = Path(model)
     other_version = folder.is_dir() and all((folder / n).is_file() for n in ("configuration_xpt.py", "modeling_xpt.py"))
     hint = "" if trust_remote_code else (
