@@ -12,8 +12,10 @@ general (only model-specific ones, such as NLLB's ``src_lang``, which change the
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 from pathlib import Path
 
 TOKENIZER_CLASS = "PreTrainedTokenizerFast"
@@ -83,6 +85,9 @@ def recorded_language(*folders) -> str | None:
 VOCABULARY_ROWS = ("embeddings.target_embeddings.weight", "lm_head.decoder.weight", "lm_head.bias")
 
 
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT)  # "(os error 28)": how safetensors' errors word them (Rust's io::Error)
+
+
 def save_model_folder(model, tokenizer, out_dir: str | Path) -> None:
     """A loadable folder: ``model.save_pretrained`` and `save_tokenizer`, every file with the ordinary
     permissions (read for all, as the umask allows). safetensors writes the weights through a private
@@ -92,8 +97,28 @@ def save_model_folder(model, tokenizer, out_dir: str | Path) -> None:
     An XPT model is saved with one row per token (`pad_vocab_to_multiple_of` 1): the rows that pad E_T, the
     tied decoder and the MLM bias for speed while training are left out, as a stock checkpoint has them and
     as tools that find the word embeddings by `config.vocab_size` (PEFT's prompt tuning) expect. The model
-    in memory keeps its rows."""
+    in memory keeps its rows.
+
+    All or nothing: a write that fails (or is interrupted) removes what it had added to the folder (config.json
+    and code without weights would pass for a model), and a full disk is an `OSError` (ENOSPC) naming the weights
+    whichever library noticed it: safetensors reports it as its own error, which is no OSError."""
     out = Path(out_dir)
+    before = set(out.iterdir()) if out.is_dir() else None
+    try:
+        _write_model_folder(model, tokenizer, out)
+    except BaseException as error:
+        added = [out] if before is None else sorted(set(out.iterdir()) - before) if out.is_dir() else []
+        for path in added:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        if not isinstance(error, OSError) and any(f"(os error {code})" in str(error) for code in FULL_DISK):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out / "model.safetensors")) from error
+        raise
+
+
+def _write_model_folder(model, tokenizer, out: Path) -> None:
     config = model.config
     multiple = getattr(config, "pad_vocab_to_multiple_of", 1)
     if multiple == 1:

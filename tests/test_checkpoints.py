@@ -452,6 +452,42 @@ def test_a_full_disk_while_writing_the_model_folder_is_one_line_and_resume_only_
     assert [s for s, _ in list_checkpoints(cut)] == [4, 8]  # the run's end, off the cadence, gone with the outputs
 
 
+def test_a_full_disk_in_safetensors_while_writing_the_weights_is_one_line_and_leaves_no_half_model(
+        tiny, tmp_path, capsys, monkeypatch):
+    """safetensors reports a full disk as its own SafetensorError ("... (os error 28)"), not an OSError: once a
+    traceback, with config.json and the code left in the folder and no weights. Now the one line of a full disk,
+    no file of the model folder left, and the resume writes it."""
+    import transformers.modeling_utils
+    from safetensors import SafetensorError
+
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    common = dict(train_steps=10, phase1_steps=4, save_steps=4, save_total_limit=2)
+    run_inprocess(run_args(tiny, full, **common))
+    reset_accelerate()
+
+    def full_disk(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"\0" * 64)  # what was written before the device filled up
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(transformers.modeling_utils, "safe_save_file", full_disk)
+        assert post_train.main(run_args(tiny, cut, **common)) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in err, err
+    assert errors[0].startswith(f"error: no space left on the device writing {cut / 'model.safetensors'}")
+    assert "--resume latest (from checkpoint-10" in errors[0], errors[0]
+    model_files = {"config.json", "configuration_xpt.py", "modeling_xpt.py", "model.safetensors", "tokenizer.json",
+                   "tokenizer_config.json", "training_summary.json"}
+    assert not model_files & {p.name for p in cut.iterdir()}, sorted(p.name for p in cut.iterdir())
+    assert not [p for p in cut.iterdir() if p.name.startswith(".tmp")]
+    reset_accelerate()
+    run_inprocess(run_args(tiny, cut, **common) + ["--resume", "latest"])
+    a = json.loads((full / "training_summary.json").read_text())
+    b = json.loads((cut / "training_summary.json").read_text())
+    assert a["final_metrics"] == b["final_metrics"] and (cut / "model.safetensors").is_file()
+
+
 def test_a_run_whose_last_phase_stops_early_is_checkpointed_where_it_stopped(tiny, tmp_path, capsys, monkeypatch):
     """Early stopping ends the last phase before its planned steps: that step is checkpointed too, and a
     resume from it trains no further (the phase stays stopped) and writes the same outputs."""
