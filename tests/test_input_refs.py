@@ -151,13 +151,20 @@ def test_weights_cut_short_are_named_in_one_line_and_nothing_is_written(tiny, wo
     assert not (workdir / "out").exists()
 
 
-def test_a_dry_run_leaves_a_folder_an_earlier_step_writes_to_the_run(tiny, workdir, capsys):
-    """The shipped configs name runs/tok-ko before step 2 writes it: the plan passes, the run is refused at once."""
-    args = run_args(tiny, workdir / "out", tokenizer="runs/tok-ko")
-    assert post_train.main(args + ["--dry-run"]) == 0
-    assert "dry run" in capsys.readouterr().out
+@pytest.mark.parametrize("flag, missing", [("tokenizer", "runs/tok-ko"), ("source", "runs/xpt-ko"), ("data", "runs/kowiki"),
+                                           ("source", "/nowhere/bert")])
+def test_a_dry_run_refuses_a_missing_input_folder_as_the_run_does(tiny, workdir, capsys, flag, missing):
+    """A dry run once said "configuration valid" for a source, tokenizer or data folder that is not there, which
+    the run refuses at once: now it refuses it too, in the same one line (exit 2), instead of the plan."""
+    args = run_args(tiny, workdir / "out", **{flag: missing})
+    assert post_train.main(args + ["--dry-run"]) == 2
+    out, err = capsys.readouterr()
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert "configuration valid" not in out and len(errors) == 1 and "Traceback" not in err, out + err
+    assert f"`{flag}`" in errors[0] and f"{missing}: no such folder" in errors[0] and "check the path" in errors[0]
     assert post_train.main(args) == 2
-    assert "runs/tok-ko: no such folder" in error_line(capsys)
+    assert error_line(capsys) == errors[0]
+    assert not (workdir / "out").exists()
 
 
 def test_a_mistyped_data_path_takes_the_fallback_and_is_no_hub_id_for_the_cards(tiny, workdir):

@@ -168,9 +168,8 @@ def validate_config(c: PostTrainConfig, world_size: int | None = None, check_dat
         _validate_phase(i, phase)
     if not c.data:
         raise ConfigError("data", "no training data given")
-    if check_data and missing_data(c):
-        raise ConfigError("data", missing_path(c.data) or f"{c.data!r} is neither an existing path, 'konlpy', nor a Hub "
-                          "dataset id")
+    if check_data:
+        check_data_present(c)
     if c.resume not in (None, "latest") and not Path(c.resume).is_dir():
         raise ConfigError("resume", f"{c.resume!r} is neither 'latest' nor a checkpoint folder")
     if check_data:
@@ -220,6 +219,13 @@ def data_to_read(c: PostTrainConfig) -> str:
 def missing_data(c: PostTrainConfig) -> bool:
     """Neither `data` nor its fallback is present on this machine."""
     return not data_present(data_to_read(c))
+
+
+def check_data_present(c: PostTrainConfig) -> None:
+    """The data (or its fallback) is here or can be fetched; else one line naming the path (a run, and a dry run)."""
+    if missing_data(c):
+        raise ConfigError("data", missing_path(c.data) or f"{c.data!r} is neither an existing path, 'konlpy', nor a Hub "
+                          "dataset id")
 
 
 def _validate_phase(i: int, phase: PhaseConfig) -> None:

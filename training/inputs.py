@@ -240,8 +240,8 @@ def check_source_and_tokenizer(source: str, tokenizer: str | None, present: bool
     convert (an XPT model already, another architecture), families that do not match (a Hub id's read from
     the local Hub cache, else not checked) and, in offline mode, Hub ids not in the local cache fail here.
     `present` (a run, `xpt-convert`): a mistyped path (`missing_path`) and an uncached Hub id offline are
-    refused too; a dry run passes False, since an earlier step may not have written the folder yet (as the
-    data), and notes what offline mode cannot load. Returns the source as a loadable reference. Shared by
+    refused too; a dry run passes False, refuses a missing path itself (`training.run_setup.dry_run`) and
+    only notes what offline mode cannot load. Returns the source as a loadable reference. Shared by
     post-training and `xpt-convert` (training/convert.py). A run also refuses weights that do not open
     (`damaged_weights`)."""
     given, source = source, resolve_source(source)

@@ -25,9 +25,9 @@ from tokenization.errors import ConfigError
 from tokenization.train_tokenizer import train_tokenizer
 from training.checkpointing import checkpoint_problem, latest_checkpoint, latest_usable_checkpoint, list_checkpoints
 from training.config import PostTrainConfig, describe_plan
-from training.config_checks import (data_to_read, listed_changes, missing_data, refuse_changed_resume, resume_changes,
-                                    validate_config)
-from training.inputs import reading_from_hub, recorded_ref, resolve_local, uncached
+from training.config_checks import (check_data_present, data_to_read, listed_changes, refuse_changed_resume,
+                                    resume_changes, validate_config)
+from training.inputs import missing_path, reading_from_hub, recorded_ref, resolve_local, uncached
 from training.mlm_data import check_target_script, load_text_splits, row_stats, rows_fingerprint
 from training.run_record import (CARD_FILE, CARD_OPTIONS_FILE, CURVE_FILE, LOSS_LOG, SUMMARY_FILE, DataRecord,
                                  RunDiverged, RunRecord, hand_written_card)
@@ -130,19 +130,23 @@ def trackers_to_use(config: PostTrainConfig) -> list[str]:
 
 def dry_run(config: PostTrainConfig) -> None:
     """`--dry-run`: the config checked for this launch without reading data, then (on the first process)
-    the plan and the speed settings `auto` picks on this machine; nothing is downloaded or trained."""
+    the plan and the speed settings `auto` picks on this machine; nothing is downloaded or trained. A local
+    source, tokenizer or data path that is not there is refused in the run's own words (a run refuses it at
+    once: "configuration valid" would be wrong); a Hub id that offline mode cannot fetch is only noted."""
     world = world_size_from_env()
     validate_config(config, world_size=world, check_data=False)
     trackers_to_use(config)
+    check_data_present(config)
+    source = None if config.source.startswith("package:") else config.source
+    for field, value in (("source", source), ("tokenizer", config.tokenizer)):
+        if mistyped := missing_path(value):
+            raise ConfigError(field, mistyped)
+    data = data_to_read(config)
     if int(os.environ.get("RANK", "0")) != 0:
         return
     device = training_device()
     print(describe_plan(config, world, device))
     print(describe_speed(resolve_speed(config, device), device))
-    if missing_data(config):
-        print(f"note: data {config.data!r} is not on this machine; training needs it (prepare it with "
-              "`xpt-prepare-corpus --input ... --out ...`)")
-    data = data_to_read(config)
     for field, value in (("source", config.source), ("tokenizer", config.tokenizer),
                          ("data", None if data == "konlpy" else data)):
         if unloadable := uncached(field, value, config.datasets_cache_dir(), config.streaming):
