@@ -927,6 +927,12 @@ def bad_input_case(case: str, tmp_path: Path) -> list[str]:
         task += ["--max-grad-norm", "-1"]
     elif case == "max length below 8 tokens":
         task += ["--max-length", "4"]
+    elif case == "a negative learning rate":
+        task += ["--learning-rate", "-1"]
+    elif case == "a warmup ratio above 1":
+        task += ["--warmup-ratio", "2"]
+    elif case == "a negative weight decay":
+        task += ["--weight-decay", "-0.1"]
     elif case == "card options without a push":
         task += ["--license", "mit"]
     elif case in ("seed count of zero", "seeds that are not numbers"):
@@ -970,6 +976,9 @@ BAD_INPUT = {
     "card options without a push": "--license goes with --push-to-hub ORG/NAME",
     "negative gradient clipping norm": "--max-grad-norm -1.0: give a norm > 0, or 0 for no clipping",
     "max length below 8 tokens": "--max-length 4: give at least 8 tokens",
+    "a negative learning rate": "--learning-rate -1.0: give a learning rate > 0",
+    "a warmup ratio above 1": "--warmup-ratio 2.0: give the share of the training steps that warm up, in [0, 1]",
+    "a negative weight decay": "--weight-decay -0.1: give a weight decay >= 0",
     "sts loss without the bi-encoder": "--sts-loss mse trains the STS bi-encoder (--pair-encoding bi); nsmc is not",
     "seed count of zero": "--seeds 0: give a count >= 1 (3 runs seeds 0, 1, 2) or a comma-separated list",
     "seeds that are not numbers": "--seeds one,two: give a count >= 1",
@@ -991,7 +1000,7 @@ def test_bad_input_fails_early_with_one_line(case, tmp_path, capsys, monkeypatch
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and BAD_INPUT[case] in err[0], err
     assert not (tmp_path / "out" / "results.json").exists()
-    if case == "pooling on a stock model":
+    if case in ("pooling on a stock model", "a negative learning rate", "a warmup ratio above 1"):
         assert not (tmp_path / "out").exists()  # nothing ran
 
 

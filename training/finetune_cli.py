@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -256,8 +257,15 @@ def check_options(args, spec: TaskSpec) -> list[int]:
     `resolve_options`); returns the seeds. training/study.py runs the same checks on a study's options."""
     if args.max_length < 8:
         raise TaskDataError(f"--max-length {args.max_length}: give at least 8 tokens")
-    if args.max_grad_norm < 0:
+    if not args.max_grad_norm >= 0:  # NaN too
         raise TaskDataError(f"--max-grad-norm {args.max_grad_norm}: give a norm > 0, or 0 for no clipping")
+    if not 0 < args.learning_rate < math.inf:  # torch's AdamW refuses it only once the output folder is made
+        raise TaskDataError(f"--learning-rate {args.learning_rate}: give a learning rate > 0")
+    if not 0 <= args.warmup_ratio <= 1:
+        raise TaskDataError(f"--warmup-ratio {args.warmup_ratio}: give the share of the training steps that warm up, "
+                            "in [0, 1]")
+    if not 0 <= args.weight_decay < math.inf:
+        raise TaskDataError(f"--weight-decay {args.weight_decay}: give a weight decay >= 0")
     for flag, value in (("--epochs", args.epochs), ("--batch-size", args.batch_size),
                         ("--max-train-samples", args.max_train_samples), ("--max-eval-samples", args.max_eval_samples)):
         if value is not None and value < 1:
