@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -141,6 +142,23 @@ def test_a_harmless_change_resumes_exactly_and_is_recorded(killed, tiny, tmp_pat
     assert summary["config"]["save_steps"] == 3
     assert "resumed with changed settings that do not change the weights" in proc.stdout + proc.stderr
     assert "setting_changes" not in json.loads((full / "training_summary.json").read_text())
+
+
+def test_a_resume_with_the_same_folders_spelled_otherwise_resumes_exactly(killed, tiny, tmp_path):
+    """The tokenizer and data given relative to another working folder (`../tok` for `/abs/tok`) are the same
+    folders: compared resolved, as the output folder is, not refused as a changed setting."""
+    from tests.conftest import REPO_ROOT
+
+    full, cut = killed
+    folder = tmp_path / "cut"
+    shutil.copytree(cut, folder)
+    source, tokenizer = tiny["bert"]
+    spelled = {"tokenizer": os.path.relpath(tokenizer, REPO_ROOT), "data": os.path.relpath(tiny["corpus"], REPO_ROOT),
+               "source": f"{source.parent}/./{source.name}"}
+    assert all(not Path(value).is_absolute() or "/./" in value for value in spelled.values())
+    run_subprocess(run_args(tiny, folder, **{**COMMON, **spelled}) + ["--resume", "latest"])  # from REPO_ROOT
+    assert losses(folder) == losses(full)
+    assert "setting_changes" not in json.loads((folder / "training_summary.json").read_text())
 
 
 def test_eval_cadence_is_free_unless_early_stopping_reads_it(killed, tiny, tmp_path):

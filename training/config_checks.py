@@ -35,14 +35,31 @@ RESUME_FREE = RUN_CONTROL + ("logging_steps", "save_steps", "save_total_limit", 
                              "retain_cpu_memory")
 
 
+PATH_FIELDS = ("source", "tokenizer", "data", "data_fallback")  # settings that name what a run reads
+
+
+def resolved_paths(settings: dict) -> dict:
+    """`settings` with each of PATH_FIELDS that is a local path here as the absolute path it resolves to: the
+    same folder spelled otherwise (`../tok` for `/abs/tok`) is the same setting. Hub ids, "konlpy" and
+    "package:NAME" stay as they are."""
+    out = dict(settings)
+    for key in PATH_FIELDS:
+        value = out.get(key)
+        if isinstance(value, str) and not value.startswith("package:") and (local := resolve_local(value)) is not None:
+            out[key] = str(local.resolve())
+    return out
+
+
 def resume_changes(saved: dict, now: dict) -> tuple[dict, dict]:
     """(shaping, free): the fields whose value differs between the settings a run was started with
     (`saved`, `PostTrainConfig.to_dict()`) and the settings it is resumed with, each as {field: [old, new]}.
     `eval_steps` is free unless early stopping reads the evaluations. A field the saved settings lack was
     added to the config since the checkpoint was written: that run had the field's default. `now` may be
-    `PostTrainConfig.to_dict()` as it is: compared as a checkpoint saves it (tuples as lists)."""
+    `PostTrainConfig.to_dict()` as it is: compared as a checkpoint saves it (tuples as lists). Folders are
+    compared as the paths they resolve to (`resolved_paths`), as the output folder is."""
     now, defaults = json.loads(json.dumps(now)), json.loads(json.dumps(PostTrainConfig().to_dict()))
     saved = {**{k: defaults[k] for k in now.keys() - saved.keys() if k in defaults}, **saved}
+    saved, now = resolved_paths(saved), resolved_paths(now)
     free_fields = set(RESUME_FREE)
     patience = [settings.get("early_stopping_patience") for settings in
                 (saved, now, *(saved.get("phases") or []), *(now.get("phases") or []))]

@@ -26,7 +26,7 @@ from tokenization.train_tokenizer import train_tokenizer
 from training.checkpointing import checkpoint_problem, latest_checkpoint, latest_usable_checkpoint, list_checkpoints
 from training.config import PostTrainConfig, describe_plan
 from training.config_checks import (check_data_present, data_to_read, listed_changes, refuse_changed_resume,
-                                    resume_changes, validate_config)
+                                    resolved_paths, resume_changes, validate_config)
 from training.inputs import missing_path, reading_from_hub, recorded_ref, resolve_local, uncached
 from training.mlm_data import check_target_script, load_text_splits, row_stats, rows_fingerprint
 from training.run_record import (CARD_FILE, CARD_OPTIONS_FILE, CURVE_FILE, LOSS_LOG, SUMMARY_FILE, DataRecord,
@@ -281,7 +281,7 @@ def check_resumed_settings(config: PostTrainConfig, state, resume_from: Path | N
         state.setting_changes.append({"step": state.step, "changed": {"precision": [state.precision, precision]}})
         log(f"note: mixed_precision {config.mixed_precision!r} is {precision!r} on this machine, {state.precision!r} "
             f"where {resume_from} was trained: the remaining steps train in {precision!r}")
-    state.settings, state.precision = now, precision
+    state.settings, state.precision = resolved_paths(now), precision  # folders as absolute paths: from any cwd
 
 
 def resume_point(config: PostTrainConfig, log) -> Path | None:
