@@ -124,6 +124,37 @@ def test_a_folder_in_use_is_refused_and_a_killed_holder_frees_it(tiny, tmp_path,
     assert summary["total_steps"] == 2 and not (out / ".lock").exists()
 
 
+def test_a_killed_holder_frees_its_folder_even_while_its_forked_workers_live_on(tmp_path):
+    """Loader workers are forked children: they inherited the lock's descriptor and, after kill -9 of the run,
+    kept the folder "in use by" the dead process until they noticed (about 5 s). A forked child holds no lock."""
+    import signal
+
+    from training.checkpointing import folder_lock
+
+    out = tmp_path / "run"
+    holder = subprocess.Popen([PYTHON, "-c", "import multiprocessing, sys, time; sys.path.insert(0, sys.argv[1]); "
+                               "from training.checkpointing import folder_lock\n"
+                               "with folder_lock(sys.argv[2]):\n"
+                               "    worker = multiprocessing.get_context('fork').Process(target=time.sleep, args=(600,))\n"
+                               "    worker.start()\n"
+                               "    print('held', worker.pid, flush=True); time.sleep(600)",
+                               str(REPO_ROOT), str(out)], stdout=subprocess.PIPE, text=True)
+    worker = None
+    try:
+        said, worker = holder.stdout.readline().split()
+        assert said == "held"
+        holder.kill()  # SIGKILL, as kill -9: its forked worker lives on
+        holder.wait()
+        os.kill(int(worker), 0)  # still running
+        with folder_lock(out):
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+        if worker is not None:
+            os.kill(int(worker), signal.SIGKILL)
+
+
 def test_a_waiting_lock_is_taken_when_its_holder_ends(tmp_path):
     """`wait=True` (the study report's writers) queues behind the holder instead of refusing."""
     import threading

@@ -211,6 +211,25 @@ class FolderInUse(RuntimeError):
     """Another live process holds the folder's lock."""
 
 
+# The lock files this process holds. A forked child (a loader worker) shares their open file, and with it the lock:
+# after kill -9 of the run it kept the folder locked until it noticed its parent's end (about 5 s). It closes its
+# copies as it starts; the parent's lock stays, since a `flock` holds while any descriptor of the file is open.
+_HELD_LOCKS: set = set()
+
+
+def _close_held_locks_in_child() -> None:
+    for handle in list(_HELD_LOCKS):
+        try:
+            handle.close()
+        except OSError:
+            pass
+    _HELD_LOCKS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_held_locks_in_child)
+
+
 @contextmanager
 def folder_lock(folder, enabled: bool = True, wait: bool = False):
     """Hold `folder/.lock` while a run writes into `folder`; a second run on the same folder fails at
@@ -249,9 +268,11 @@ def folder_lock(folder, enabled: bool = True, wait: bool = False):
     handle.truncate()
     handle.write(f"process {os.getpid()}")
     handle.flush()
+    _HELD_LOCKS.add(handle)
     try:
         yield
     finally:
+        _HELD_LOCKS.discard(handle)
         path.unlink(missing_ok=True)
         handle.close()
         if created:  # a run that failed before writing anything leaves no folder behind
