@@ -327,6 +327,41 @@ def test_export_stock_refuses_a_model_whose_logits_are_not_finite(source, tok, t
     assert "Traceback" not in done.stderr and not (tmp_path / "stock").exists()
 
 
+def _run_with_an_open_pipe_as_stdin(argv: list[str], timeout: int) -> subprocess.CompletedProcess:
+    """`argv` with stdin a pipe nobody writes to or closes (a notebook kernel, a CI step, a parent process), where
+    transformers' "[y/N]" question about remote code waits 15 s for an answer instead of failing at once."""
+    import os
+
+    read, write = os.pipe()
+    try:
+        return subprocess.run(argv, cwd=REPO_ROOT, stdin=read, capture_output=True, text=True, timeout=timeout)
+    finally:
+        os.close(read)
+        os.close(write)
+
+
+@pytest.mark.parametrize("call", ["PreTrainedTokenizerFast.from_pretrained(folder)",
+                                  "AutoTokenizer.from_pretrained(folder, trust_remote_code=True)",
+                                  "__import__('modeling_xpt') and AutoTokenizer.from_pretrained(folder)"])
+def test_a_saved_folders_tokenizer_loads_without_the_remote_code_question(source, tok, tmp_path, call):
+    """A saved XPT folder's config.json names its remote code (`auto_map`), and transformers 5's AutoTokenizer
+    reads config.json before tokenizer_config.json whatever that names: without trust_remote_code it asks
+    "[y/N]" and, with stdin an open pipe, waits 15 s for the answer. No saved file avoids that read, so these
+    are the calls the card, the README and GUARANTEES.md name: each loads the tokenizer at once, without the
+    question, in a process that has only transformers (or the package, which registers the XPT classes)."""
+    from modeling_xpt import save_model_folder
+
+    save_model_folder(from_source(source, tok), tok, tmp_path / "xpt")
+    code = ("import sys, time; from transformers import AutoTokenizer, PreTrainedTokenizerFast; folder = sys.argv[1]; "
+            f"started = time.time(); tokenizer = {call}; "
+            "print('loaded', len(tokenizer), round(time.time() - started, 1))")
+    done = _run_with_an_open_pipe_as_stdin([sys.executable, "-I", "-c", code, str(tmp_path / "xpt")], timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    said, size, seconds = done.stdout.split()[-3:]
+    assert said == "loaded" and int(size) == len(tok) and float(seconds) < 10, done.stdout
+    assert "[y/N]" not in done.stdout + done.stderr
+
+
 # ---------------------------------------------------------------- bad input
 
 
