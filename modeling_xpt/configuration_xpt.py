@@ -74,7 +74,9 @@ class XPTConfig(PreTrainedConfig):
             Dropout of classification heads; `hidden_dropout_prob` when unset.
         classifier_pooling (`str`, *optional*, defaults to `"first"`):
             What the sentence head reads: `"first"` the first token's state (RoBERTa's head), `"mean"` the
-            mean over non-padding tokens (the pooling of sentence-transformers sources such as all-MiniLM-L6-v2).
+            mean over non-padding tokens (the pooling of sentence-transformers sources such as all-MiniLM-L6-v2),
+            `"pair"` for a sentence pair in one sequence the mean states u, v of each sentence as
+            `[u, v, |u - v|, u * v]` (needs `input_ids`, or `token_type_ids` marking the second sentence).
         source_model_type (`str`, *optional*, defaults to `"roberta"`):
             Layer layout of the English source checkpoint: `"bert"` (BERT, ELECTRA) or `"roberta"` (RoBERTa,
             XLM-RoBERTa).
@@ -129,7 +131,7 @@ class XPTConfig(PreTrainedConfig):
     adapter_size: int = 0
     pad_vocab_to_multiple_of: int = 64
     classifier_dropout: float | int | None = None
-    classifier_pooling: Literal["first", "mean"] = "first"
+    classifier_pooling: Literal["first", "mean", "pair"] = "first"
     source_model_type: Literal["bert", "roberta"] = "roberta"
     source_architecture: SourceFamily | None = None
     source_name_or_path: str | None = None

@@ -384,28 +384,41 @@ class XPTForMaskedLM(XPTPreTrainedModel):
 
 
 class XPTClassificationHead(nn.Module):
-    """Sentence head W_o dropout(tanh(W dropout(h))), where h is the first token's state (RoBERTa's head,
-    `classifier_pooling="first"`) or the mean of the non-padding states (`"mean"`)."""
+    """Sentence head W_o dropout(tanh(W dropout(x))). x is the first token's state h_0 (RoBERTa's head,
+    `classifier_pooling="first"`), the mean of the non-padding states (`"mean"`), or for a sentence pair in one
+    sequence `[u, v, |u - v|, u * v]`, u and v the mean states of each sentence (`"pair"`: the comparison features
+    of Sentence-BERT's classifier, read from the cross-encoded pair; `segments` marks the second sentence)."""
 
     def __init__(self, config: XPTConfig):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.pooling = config.classifier_pooling
+        self.dense = nn.Linear(config.hidden_size * (4 if self.pooling == "pair" else 1), config.hidden_size)
         self.dropout = nn.Dropout(config.head_dropout_prob)
         self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
-        self.pooling = config.classifier_pooling
 
-    def forward(self, hidden_states, attention_mask=None):
-        if self.pooling == "mean":
+    def forward(self, hidden_states, attention_mask=None, segments=None):
+        if self.pooling in ("mean", "pair"):
             if attention_mask is not None and attention_mask.dim() != 2:
-                raise ValueError("classifier_pooling='mean' needs a (batch, length) padding mask, "
+                raise ValueError(f"classifier_pooling={self.pooling!r} needs a (batch, length) padding mask, "
                                  f"got attention_mask of shape {tuple(attention_mask.shape)}")
             weights = (hidden_states.new_ones(hidden_states.shape[:2]) if attention_mask is None
                        else attention_mask.to(hidden_states.dtype))
-            x = (hidden_states * weights.unsqueeze(-1)).sum(1) / weights.sum(1, keepdim=True).clamp(min=1)
+            parts = [weights] if self.pooling == "mean" else [weights * (1 - segments), weights * segments]
+            means = [(hidden_states * w.unsqueeze(-1)).sum(1) / w.sum(1, keepdim=True).clamp(min=1) for w in parts]
+            x = means[0] if self.pooling == "mean" else torch.cat([*means, (means[0] - means[1]).abs(), means[0] * means[1]], -1)
         else:
             x = hidden_states[:, 0]
         x = self.dropout(x)
         return self.out_proj(self.dropout(torch.tanh(self.dense(x))))
+
+
+def second_segment(input_ids, token_type_ids, sep_token_id) -> torch.Tensor:
+    """1.0 where a token belongs to the second sentence of a pair, else 0.0: token type 1 where the tokenizer gives
+    types (BERT family), otherwise the tokens after the first separator (RoBERTa's `<s> A </s></s> B </s>`)."""
+    if token_type_ids is not None and bool(token_type_ids.any()):
+        return token_type_ids.ne(0).float()
+    separators = input_ids.eq(sep_token_id).int()
+    return (separators.cumsum(1) - separators).gt(0).float()
 
 
 def sequence_classification_loss(logits, labels, config) -> torch.Tensor:
@@ -440,7 +453,9 @@ class XPTForSequenceClassification(XPTPreTrainedModel):
         refuse_unknown_keywords(kwargs, type(self).__name__)
         outputs = self.xpt(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, output_attentions,
                            output_hidden_states, return_dict=True)
-        logits = self.classifier(outputs.last_hidden_state, attention_mask)
+        segments = (second_segment(input_ids, token_type_ids, self.config.eos_token_id).to(outputs.last_hidden_state.dtype)
+                    if self.config.classifier_pooling == "pair" else None)
+        logits = self.classifier(outputs.last_hidden_state, attention_mask, segments)
         loss = sequence_classification_loss(logits, labels, self.config) if labels is not None else None
         output = SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
                                           attentions=outputs.attentions)

@@ -939,6 +939,10 @@ def bad_input_case(case: str, tmp_path: Path) -> list[str]:
         task += ["--seeds", "0" if case == "seed count of zero" else "one,two"]
     elif case == "zero epochs":
         task += ["--epochs", "0"]
+    elif case == "pair pooling of one sentence":
+        task += ["--pooling", "pair"]
+    elif case == "a dropout of 1 or more":
+        task += ["--dropout", "1.5"]
     elif case == "mean pooling with a LoRA adapter alone":
         model = xpt_model_dir(tmp_path / "xpt", word_tokenizer("bert", KOREAN_WORDS))
         task += ["--peft", "lora", "--pooling", "mean"]
@@ -983,6 +987,8 @@ BAD_INPUT = {
     "seed count of zero": "--seeds 0: give a count >= 1 (3 runs seeds 0, 1, 2) or a comma-separated list",
     "seeds that are not numbers": "--seeds one,two: give a count >= 1",
     "zero epochs": "--epochs 0: give at least 1",
+    "pair pooling of one sentence": "--pooling pair reads the two sentences of a pair; nsmc has 1 text column(s)",
+    "a dropout of 1 or more": "--dropout 1.5: give a probability in [0, 1)",
     "mean pooling with a LoRA adapter alone": "--pooling mean with --peft lora needs --merge",
     "a negative hold-out count": "--hold-out-test -3: give a number of train examples, or 0 for none",
     "a negative train sample count": "--max-train-samples -1: give at least 1",
@@ -1000,7 +1006,8 @@ def test_bad_input_fails_early_with_one_line(case, tmp_path, capsys, monkeypatch
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and BAD_INPUT[case] in err[0], err
     assert not (tmp_path / "out" / "results.json").exists()
-    if case in ("pooling on a stock model", "a negative learning rate", "a warmup ratio above 1"):
+    if case in ("pooling on a stock model", "a negative learning rate", "a warmup ratio above 1",
+                "pair pooling of one sentence", "a dropout of 1 or more"):
         assert not (tmp_path / "out").exists()  # nothing ran
 
 
@@ -1493,3 +1500,38 @@ def test_a_folder_whose_model_code_is_not_this_packages_names_why_it_asks_for_tr
     refusal = load()
     assert refusal.startswith("REFUSED") and ("its configuration_xpt.py and modeling_xpt.py are not this installed "
                                               "package's: written by another version of it, or edited; read them") in refusal
+
+
+def test_an_xpt_cross_encoder_of_pairs_defaults_to_pair_pooling_its_post_training_dropout_and_the_label_mean(tmp_path):
+    """For an XPT cross-encoder of sentence pairs the recipe's defaults: the pair head, the dropout its post-training
+    recorded, and a new regression head that starts at the mean training score; what it ran with is recorded, and
+    the saved model reloads with the pair head. Options given explicitly win."""
+    from transformers import AutoModelForSequenceClassification
+
+    model = xpt_model_dir(tmp_path / "xpt", word_tokenizer("bert", KOREAN_WORDS), dropout=0.1)
+    summary = json.loads((model / "training_summary.json").read_text())
+    (model / "training_summary.json").write_text(json.dumps({**summary, "config": {"post_training_dropout": 0.0}}))
+    data = toy_sts_dir(tmp_path / "sts")
+    args = args_for(model, "korsts", data, tmp_path / "out", "--pair-encoding", "cross", "--max-length", "32")
+    results = finetune.run(args)
+    assert results["hyperparameters"]["pooling"] == "pair" and results["hyperparameters"]["dropout"] == 0.0
+    saved = AutoModelForSequenceClassification.from_pretrained(tmp_path / "out" / "model", trust_remote_code=True)
+    assert saved.config.classifier_pooling == "pair"
+
+    spec, splits, tokenizer, config, features = prepared(args)
+    run, trained = finetune.train_one_seed(args, spec, config, tokenizer, splits, features, 0, torch.device("cpu"),
+                                           progress=False)
+    assert all(m.p == 0.0 for m in trained.modules() if isinstance(m, torch.nn.Dropout))
+    fresh = task_model.load_model(str(model), spec, config, None, "pair", True)
+    scores = [f["labels"] for f in features["train"]]
+    task_model.start_at_label_mean(fresh, scores)
+    assert fresh.classifier.out_proj.bias.item() == pytest.approx(sum(scores) / len(scores))
+    again = task_model.load_model(str(tmp_path / "out" / "model"), spec, saved.config, None, None, True)
+    before = again.classifier.out_proj.bias.item()
+    task_model.start_at_label_mean(again, scores)  # a trained head is left as it is
+    assert again.classifier.out_proj.bias.item() == before
+
+    explicit = args_for(model, "korsts", data, tmp_path / "out2", "--pair-encoding", "cross", "--max-length", "32",
+                        "--pooling", "mean", "--dropout", "0.2")
+    results = finetune.run(explicit)
+    assert results["hyperparameters"]["pooling"] == "mean" and results["hyperparameters"]["dropout"] == 0.2

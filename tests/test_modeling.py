@@ -193,8 +193,40 @@ def test_sentence_head_reads_the_pooled_states_and_ignores_padding(source, tok, 
     torch.testing.assert_close(alone, logits[1], atol=1e-5, rtol=0)  # TEXTS[1] is padded in the batch
 
 
+def test_pair_head_reads_each_sentence_of_a_cross_encoded_pair(source, tok, tmp_path):
+    """classifier_pooling="pair": [u, v, |u - v|, u * v] of the mean states before and after the separator that ends
+    the first sentence (token types for BERT, the separator for RoBERTa); padding changes nothing, and the saved
+    folder reloads the same head."""
+    from_source(source, tok).save_pretrained(tmp_path)
+    model = XPTForSequenceClassification.from_pretrained(tmp_path, num_labels=3, classifier_pooling="pair").eval()
+    first, second = TEXTS[:2], [TEXTS[2], TEXTS[1] + " " + TEXTS[0]]
+    batch = tok(first, second, padding=True, return_tensors="pt", return_token_type_ids=True)
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
+    if model.config.type_vocab_size > 1:
+        inputs["token_type_ids"] = batch["token_type_ids"]
+    with torch.no_grad():
+        logits = model(**inputs).logits
+        hidden = model.xpt(**inputs).last_hidden_state
+        alone = model(**{k: v[1:2, :int(batch["attention_mask"][1].sum())] for k, v in inputs.items()}).logits[0]
+    expected = []
+    for row in range(2):
+        ids = batch.sequence_ids(row)
+        separator = max(i for i, s in enumerate(ids) if s == 0) + 1  # the separator after the first sentence
+        real = [i for i, m in enumerate(batch["attention_mask"][row].tolist()) if m]
+        u = hidden[row, [i for i in real if i <= separator]].mean(0)
+        v = hidden[row, [i for i in real if i > separator]].mean(0)
+        expected.append(torch.cat([u, v, (u - v).abs(), u * v]))
+    head = model.classifier
+    torch.testing.assert_close(logits, head.out_proj(torch.tanh(head.dense(torch.stack(expected)))), atol=1e-5, rtol=0)
+    torch.testing.assert_close(alone, logits[1], atol=1e-5, rtol=0)
+    model.save_pretrained(tmp_path / "pair")
+    again = XPTForSequenceClassification.from_pretrained(tmp_path / "pair").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(again(**inputs).logits, logits)
+
+
 @pytest.mark.parametrize("field, value, says", [
-    ("classifier_pooling", "max", "expected one of ('first', 'mean'), got max"),
+    ("classifier_pooling", "max", "expected one of ('first', 'mean', 'pair'), got max"),
     ("use_itl_in", "yes", "expected bool"),  # a string would count as true and build an ITL
     ("hidden_size", "abc", "expected int"),
     ("source_architecture", "gpt2", "expected one of ('bert', 'roberta', 'xlm-roberta', 'electra')"),

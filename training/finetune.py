@@ -56,12 +56,13 @@ from tqdm.auto import tqdm
 from tokenization.errors import UserError, report_error
 from training import metrics_downstream, sentence_similarity
 from training.finetune_cli import (build_parser, check_options, check_publishable, check_reused_folder,
-                                   hyperparameters, recorded_model, resolve_options, unused_by_a_probe)
+                                   hyperparameters, pair_recipe, recorded_model, resolve_options, unused_by_a_probe)
 from training.finetune_tables import reads_table, sample_std, summary_table, verdict
 from training.publishing import publisher, retry_command
 from training.run_record import RESULTS_FILE, RecordError, RunRecord
 from training.task_encoding import MODEL_INPUTS, build_features, collate, score
-from training.task_model import apply_lora, check_pooling, load_model, load_tokenizer_and_config, max_input_length
+from training.task_model import (apply_lora, check_pooling, load_model, load_tokenizer_and_config, max_input_length,
+                                 post_training_dropout, start_at_label_mean)
 from training.tasks import TaskDataError, TaskSpec, load_task_data, spec_from_cli
 
 
@@ -175,6 +176,12 @@ def train_one_seed(args, spec: TaskSpec, config, tokenizer, splits, features, se
     else:
         model = load_model(args.model, spec, config, spec.labels, args.pooling, args.trust_remote_code)
     accepted = accepted_inputs(model)
+    if spec.task_type == "regression" and args.pair_encoding != "bi":
+        start_at_label_mean(model, [f["labels"] for f in features["train"]])
+    if args.dropout is not None:
+        from training.masked_lm import set_dropout  # with torch, loaded only when a run trains
+
+        set_dropout(model, args.dropout, args.dropout)
     if args.peft == "lora":
         model = apply_lora(model, spec, args.lora_r, args.lora_alpha, args.lora_dropout)
     model.to(device)
@@ -391,10 +398,11 @@ def fine_tune(args) -> dict[str, Any]:
     for name in [spec.metric] + spec.extra_metrics:
         if name not in allowed:
             raise TaskDataError(f"metric {name!r} does not fit a {spec.task_type} task; use one of {list(allowed)}")
-    check_reused_folder(args, seeds, spec)
     splits = load_task_data(spec, args.data_dir, args.max_train_samples, args.max_eval_samples, args.data_seed,
                             args.hold_out_test, args.hold_out_dev)
     tokenizer, config = load_tokenizer_and_config(args.model, spec, args.trust_remote_code)
+    pair_recipe(args, spec, config, post_training_dropout(args.model))
+    check_reused_folder(args, seeds, spec)
     if args.mode != "probe":  # before the probes, which run first
         check_pooling(args.model, config, args.pooling)
     post_training = post_training_info(args.model, args.post_training_method, args.post_training_sentences)

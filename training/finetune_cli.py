@@ -89,9 +89,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --pair-encoding bi: cosent = the order of the cosines within a batch (CoSENT); mse = "
                         "the cosine regressed on the score scaled to [0, 1]. On KorSTS cosent scored 68.1 against "
                         "67.0 for mse on test, 3 seeds of 3 epochs each, one encoder (docs/BENCHMARKS.md)")
-    p.add_argument("--pooling", choices=["first", "mean"],
+    p.add_argument("--pooling", choices=["first", "mean", "pair"],
                    help="what an XPT sentence head reads: the first token or the mean over tokens "
-                        "(default: the model's classifier_pooling, 'first' unless set)")
+                        "or, for a sentence pair in one sequence, [u, v, |u-v|, u*v] of each sentence's mean state (pair). Default: "
+                        "pair for an XPT cross-encoder of sentence pairs (on KorSTS and XNLI-ko dev it learned where the "
+                        "mean over both sentences did not, docs/BENCHMARKS.md), else the model's classifier_pooling, "
+                        "'first' unless set")
+    p.add_argument("--dropout", type=float,
+                   help="hidden and attention dropout while fine-tuning (default: the model's own; for an XPT "
+                        "cross-encoder of sentence pairs, the dropout its post-training ran with, when its "
+                        "training_summary.json records one: the ITLs and E_T learned without the model's 0.1)")
     p.add_argument("--mode", choices=MODES, default="finetune",
                    help="finetune: fine-tune over --seeds; probe: linear probes of the frozen encoder only "
                         "(mean- and first-token-pooled states, regularisation chosen on dev; no seeds, seconds on "
@@ -276,14 +283,31 @@ def check_options(args, spec: TaskSpec) -> list[int]:
     if args.pooling and spec.task_type not in ("single", "pair", "regression"):
         raise TaskDataError(f"--pooling {args.pooling}: a {spec.task_type} head reads every token, it pools "
                             "nothing; drop --pooling")
-    if args.peft == "lora" and args.pooling == "mean" and not args.merge:
+    if args.peft == "lora" and args.pooling in ("mean", "pair") and not args.merge:
         # the adapter reloads onto the base model's own config, which pools the first token
-        raise TaskDataError("--pooling mean with --peft lora needs --merge: a LoRA adapter alone reloads with "
+        raise TaskDataError(f"--pooling {args.pooling} with --peft lora needs --merge: a LoRA adapter alone reloads with "
                             "first-token pooling; add --merge, or drop --pooling")
+    if args.pooling == "pair" and len(spec.text_columns) != 2:
+        raise TaskDataError(f"--pooling pair reads the two sentences of a pair; {spec.name} has "
+                            f"{len(spec.text_columns)} text column(s): use mean or first")
+    if args.dropout is not None and not 0 <= args.dropout < 1:
+        raise TaskDataError(f"--dropout {args.dropout}: give a probability in [0, 1)")
     seeds = parse_seeds(args.seeds)
     check_save_options(args)
     resolve_pair_encoding(args, spec)
     return seeds
+
+
+def pair_recipe(args, spec: TaskSpec, config, post_training_dropout: float | None) -> None:
+    """The defaults of an XPT cross-encoder of sentence pairs, set once the model's config is read: `--pooling pair`
+    (unless a LoRA adapter alone is saved: it reloads with the base model's pooling) and `--dropout` at the
+    dropout its post-training ran with. Chosen on KorSTS and XNLI-ko dev splits (docs/BENCHMARKS.md)."""
+    if getattr(config, "model_type", None) != "xpt" or len(spec.text_columns) != 2 or args.pair_encoding != "cross":
+        return
+    if args.pooling is None and not (args.peft == "lora" and not args.merge):
+        args.pooling = "pair"
+    if args.dropout is None:
+        args.dropout = post_training_dropout
 
 
 def sentence_pair_regression(spec: TaskSpec) -> bool:
@@ -353,7 +377,7 @@ def hyperparameters(args, spec: TaskSpec) -> dict[str, Any]:
                                               "hold_out_dev")}
     names = ["batch_size", "learning_rate", "epochs", "warmup_ratio", "weight_decay", "max_length", "patience",
              "max_train_samples", "max_eval_samples", "hold_out_test", "hold_out_dev", "max_grad_norm", "pooling",
-             "pair_encoding", "speed_paths", "mixed_precision"]
+             "pair_encoding", "speed_paths", "mixed_precision", "dropout"]
     if args.peft == "lora":
         names += ["lora_r", "lora_alpha", "lora_dropout"]
     if spec.task_type == "qa":

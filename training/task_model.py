@@ -173,6 +173,33 @@ def load_model(model: str, spec: TaskSpec, config, labels: list[str] | None, poo
     return loaded
 
 
+def post_training_dropout(model: str) -> float | None:
+    """The dropout an XPT folder's post-training ran with (`post_training_dropout` in its training_summary.json), or
+    None where it is not recorded (no record, or the source's own dropout)."""
+    from training.run_record import RecordError, RunRecord
+
+    try:
+        record = RunRecord.read_if_present(model)
+    except RecordError:
+        return None  # fine-tuning reads the record again and says what is wrong with it
+    return (record.config or {}).get("post_training_dropout") if record is not None else None
+
+
+def start_at_label_mean(model, labels: list[float]) -> None:
+    """A new regression head (one output) starts at the mean training label instead of 0: from 0 its first
+    steps all push the encoder one way, towards the mean (on KorSTS, 0-5, the cross-encoder then learned little).
+    A head the checkpoint already held is left as trained."""
+    import torch
+    from torch import nn
+
+    fresh = set(getattr(model, "fresh_parameters", []))
+    outputs = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear) and m.out_features == 1
+               and not name.startswith(model.base_model_prefix + ".")]
+    if outputs and outputs[-1][1].bias is not None and f"{outputs[-1][0]}.bias" in fresh and labels:
+        with torch.no_grad():
+            outputs[-1][1].bias.fill_(float(sum(labels) / len(labels)))
+
+
 def reorder_head(model, saved: list[str], labels: list[str]) -> None:
     """A folder's trained head whose labels are these in another order (e.g. a KLUE-NLI model on data whose
     label set was read as sorted names): its output rows are permuted to `labels`' order, so each keeps

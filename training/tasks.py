@@ -18,7 +18,6 @@ record per line. Token and QA tasks need JSON/JSONL (their columns are lists/dic
 
 Hub data: ``hub=(path, config_name)`` loads with `datasets.load_dataset`; ``ClassLabel`` integers are
 turned into their names and a few tasks have a converter (KLUE-STS labels, KLUE-RE entity markers).
-The tests check that conversion on in-memory datasets; no download from the Hub is part of them.
 
 Users add a task without editing code: ``finetune.py --task-spec '{"name": ..., ...}'`` (JSON text or
 a path to a JSON file), or ``--task-type pair --text-columns a,b --label-column y [--labels x,y]``.
@@ -145,6 +144,8 @@ register(TaskSpec("kqp", "pair", ["question1", "question2"], "is_duplicate", lab
 register(TaskSpec("khs", "single", ["comments"], "hate", labels=["none", "offensive", "hate"], metric="accuracy",
                   extra_metrics=["f1_macro"], hub=("kor_hate", None), hub_splits={"train": "train", "dev": "test"},
                   description="Korean HateSpeech (kocohub/korean-hate-speech), hate label"))
+register(TaskSpec("xnli-ko", "pair", ["sentence1", "sentence2"], "gold_label", labels=["entailment", "neutral", "contradiction"],
+                  metric="accuracy", description="XNLI Korean natural language inference: TSV sentence1 sentence2 gold_label"))
 # --- NSMC (shared data) --------------------------------------------------------------------------------
 register(TaskSpec("nsmc", "single", ["document"], "label", labels=["0", "1"], metric="accuracy", id_column="id",
                   label_names={"0": "negative", "1": "positive"}, hub=("e9t/nsmc", None),
