@@ -316,9 +316,10 @@ def sentence_pair_regression(spec: TaskSpec) -> bool:
 
 def resolve_pair_encoding(args, spec: TaskSpec) -> None:
     """`--pair-encoding auto`: bi for sentence-pair regression (STS), unless an option asks for a
-    classification model (--peft, --pooling, --push-to-hub), else cross. On the one-hour CPU model and
-    KorSTS's 5,749 training pairs, the bi-encoder reached 65.7 Spearman x 100 on test and the
-    cross-encoder 25.8 (docs/BENCHMARKS.md). Then `bi` only where it means something, and alone."""
+    classification model (--peft, --pooling, --push-to-hub), else cross. On KorSTS dev (2,000 training
+    pairs, 3 epochs, the `cpu-hour` run's phase-1 checkpoint) the bi-encoder reached 71.5 Spearman x 100
+    and the cross-encoder with its pair head 55.8 (docs/BENCHMARKS.md, "Sentence pairs"). Then `bi`
+    only where it means something, and alone."""
     if args.pair_encoding == "auto":
         given = [flag for flag, value in (("--peft", args.peft), ("--pooling", args.pooling),
                                           ("--push-to-hub", args.push_to_hub)) if value]
