@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from tests.model_factories import tiny_source, word_tokenizer
 from tests.post_train_helpers import (PYTHON, WORDS, checkpoint_weights, losses, reset_accelerate, run_args,
                                       run_inprocess, run_killed_after, run_subprocess)
 from training import post_train
-from training.checkpointing import latest_checkpoint, list_checkpoints, save_checkpoint
+from training.checkpointing import LOCK_FILE, latest_checkpoint, list_checkpoints, save_checkpoint
 from training.run_record import GENERATED_CARD_MARKER
 
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # reset Accelerate's per-process state after each test
@@ -124,6 +125,17 @@ def test_a_folder_in_use_is_refused_and_a_killed_holder_frees_it(tiny, tmp_path,
     assert summary["total_steps"] == 2 and not (out / ".lock").exists()
 
 
+def open_files(pid: int) -> set[str]:
+    """The files process `pid` holds open (Linux /proc)."""
+    found = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            found.add(os.path.realpath(f"/proc/{pid}/fd/{fd}"))
+        except OSError:  # closed meanwhile
+            pass
+    return found
+
+
 def test_a_killed_holder_frees_its_folder_even_while_its_forked_workers_live_on(tmp_path):
     """Loader workers are forked children: they inherited the lock's descriptor and, after kill -9 of the run,
     kept the folder "in use by" the dead process until they noticed (about 5 s). A forked child holds no lock."""
@@ -143,6 +155,11 @@ def test_a_killed_holder_frees_its_folder_even_while_its_forked_workers_live_on(
     try:
         said, worker = holder.stdout.readline().split()
         assert said == "held"
+        # the worker closes its copy as it starts, after `start` has returned in the holder: wait for that (10 s at
+        # most; before the fix it kept the copy for its whole life)
+        lock, deadline = str((out / LOCK_FILE).resolve()), time.monotonic() + 10
+        while lock in open_files(int(worker)) and time.monotonic() < deadline:
+            time.sleep(0.05)
         holder.kill()  # SIGKILL, as kill -9: its forked worker lives on
         holder.wait()
         os.kill(int(worker), 0)  # still running
