@@ -372,6 +372,8 @@ def stop_if_diverged(run, state, phase: str, loss: float, progress=None, what: s
     no metrics; `RunDiverged` names the step in one line (exit 1)."""
     after = [("valid loss", entry["loss"]) for entry in state.valid_history if entry.get("step") == state.step]
     bad = next(((name, value) for name, value in [(what, loss), *after] if not _finite(value)), None)
+    if bad is not None and bad[0] == "valid loss" and all(p.isfinite().all() for p in run.model.parameters()):
+        bad = None  # finite weights: an evaluation with no masked token it could score (0/0), not a divergence
     if bad is None:
         return
     if progress is not None:
