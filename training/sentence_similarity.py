@@ -27,10 +27,9 @@ layout of sentence-transformers (`SENTENCE_TRANSFORMERS_FILES`), so that
 """
 from __future__ import annotations
 
-from typing import Any
-
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers.modeling_outputs import SequenceClassifierOutput
@@ -100,25 +99,28 @@ class CosineSimilarityRegressor(torch.nn.Module):
         write_sentence_transformers_layout(folder, self.config.hidden_size, self.max_seq_length)
 
 
-# The modules of a sentence-transformers folder: the encoder at the folder's root, then mean pooling; the
-# names sentence-transformers 2.x to 6.x read (6.x moved the classes and still loads these names).
+# The files of a sentence-transformers folder beside the encoder's own: the encoder at the folder's root, then mean
+# pooling; the names sentence-transformers 2.x to 6.x read (6.x moved the classes and still loads these names).
 SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "1_Pooling/config.json",
                                "config_sentence_transformers.json")
 
 
 def write_sentence_transformers_layout(folder: str | Path, hidden_size: int, max_seq_length: int) -> None:
-    """`SENTENCE_TRANSFORMERS_FILES` in `folder`, beside the encoder's own files: the sentence vector is the
-    mean of the last hidden states over the real tokens (`mean_pool`), compared by cosine."""
+    """`SENTENCE_TRANSFORMERS_FILES` in `folder`: the sentence vector is the mean of the last hidden states over the
+    real tokens (`mean_pool`), compared by cosine."""
     folder = Path(folder)
-    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
-    pooling = {"word_embedding_dimension": hidden_size, "pooling_mode_cls_token": False,
-               "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False,
-               "pooling_mode_mean_sqrt_len_tokens": False}
-    (folder / "1_Pooling").mkdir(exist_ok=True)
-    for name, content in zip(SENTENCE_TRANSFORMERS_FILES, (modules, {"max_seq_length": max_seq_length, "do_lower_case": False},
-                                                          pooling, {"similarity_fn_name": "cosine"})):
-        (folder / name).write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
+    contents = {
+        "modules.json": [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}],
+        "sentence_bert_config.json": {"max_seq_length": max_seq_length, "do_lower_case": False},
+        "1_Pooling/config.json": {"word_embedding_dimension": hidden_size, "pooling_mode_cls_token": False,
+                                  "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False,
+                                  "pooling_mode_mean_sqrt_len_tokens": False},
+        "config_sentence_transformers.json": {"similarity_fn_name": "cosine"},
+    }
+    for name in SENTENCE_TRANSFORMERS_FILES:
+        (folder / name).parent.mkdir(exist_ok=True)
+        (folder / name).write_text(json.dumps(contents[name], indent=2) + "\n", encoding="utf-8")
 
 
 def encode_pairs(text_columns: list[str], label_column: str, rows: list[dict[str, Any]], tokenizer,

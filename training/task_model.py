@@ -190,14 +190,20 @@ def start_at_label_mean(model, labels: list[float]) -> None:
     steps all push the encoder one way, towards the mean (on KorSTS, 0-5, the cross-encoder then learned little).
     A head the checkpoint already held is left as trained."""
     import torch
+
+    found = output_layer(model, 1)
+    if found and found[1].bias is not None and f"{found[0]}.bias" in getattr(model, "fresh_parameters", []) and labels:
+        with torch.no_grad():
+            found[1].bias.fill_(float(sum(labels) / len(labels)))
+
+
+def output_layer(model, outputs: int):
+    """(name, module) of the task head's last linear layer with `outputs` outputs, outside the encoder; or None."""
     from torch import nn
 
-    fresh = set(getattr(model, "fresh_parameters", []))
-    outputs = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear) and m.out_features == 1
-               and not name.startswith(model.base_model_prefix + ".")]
-    if outputs and outputs[-1][1].bias is not None and f"{outputs[-1][0]}.bias" in fresh and labels:
-        with torch.no_grad():
-            outputs[-1][1].bias.fill_(float(sum(labels) / len(labels)))
+    layers = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear) and m.out_features == outputs
+              and not name.startswith(model.base_model_prefix + ".")]
+    return layers[-1] if layers else None
 
 
 def reorder_head(model, saved: list[str], labels: list[str]) -> None:
@@ -205,18 +211,16 @@ def reorder_head(model, saved: list[str], labels: list[str]) -> None:
     label set was read as sorted names): its output rows are permuted to `labels`' order, so each keeps
     predicting its own label instead of starting with the classes swapped."""
     import torch
-    from torch import nn
 
     if saved == labels or sorted(saved) != sorted(labels):
         return
     order = [saved.index(label) for label in labels]
-    outputs = [m for name, m in model.named_modules() if isinstance(m, nn.Linear) and m.out_features == len(labels)
-               and not name.startswith(model.base_model_prefix + ".")]
-    if outputs:
+    if found := output_layer(model, len(labels)):
+        layer = found[1]
         with torch.no_grad():
-            outputs[-1].weight.copy_(outputs[-1].weight[order])
-            if outputs[-1].bias is not None:
-                outputs[-1].bias.copy_(outputs[-1].bias[order])
+            layer.weight.copy_(layer.weight[order])
+            if layer.bias is not None:
+                layer.bias.copy_(layer.bias[order])
 
 
 def apply_lora(model, spec: TaskSpec, rank: int, alpha: int, dropout: float):
